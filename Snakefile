@@ -1,0 +1,24 @@
+# deploybench: checkpoint -> export -> convert -> Triton repository -> accuracy and perf CSVs,
+# keyed on {model}/{gpu}/{format}/{precision}. See README.md.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/checkpoint.smk"
+include: "rules/export.smk"
+include: "rules/convert.smk"
+include: "rules/repository.smk"
+include: "rules/accuracy.smk"
+include: "rules/perf.smk"
+
+
+rule all:
+    input:
+        target_results(),
+    default_target: True

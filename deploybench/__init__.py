@@ -1,0 +1,3 @@
+"""deploybench: reproduce DeepLearningExamples' Triton deployment benchmarks with Snakemake."""
+
+__version__ = "0.1.0"

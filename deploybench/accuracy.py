@@ -1,0 +1,112 @@
+"""Accuracy: the framework model vs the model Triton serves, on the same deterministic inputs.
+
+Per-output tolerances as in Model Navigator's correctness check: an element passes when
+``|served - framework| <= atol + rtol * |framework|``. A miss is an error, never a silent row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+NUMPY_TO_TRITON = {
+    "float32": "FP32",
+    "float16": "FP16",
+    "int64": "INT64",
+    "int32": "INT32",
+    "int8": "INT8",
+    "uint8": "UINT8",
+    "bool": "BOOL",
+}
+COLUMNS = [
+    "output",
+    "batch",
+    "elements",
+    "mismatched",
+    "max_abs_err",
+    "max_rel_err",
+    "atol",
+    "rtol",
+    "passed",
+]
+
+
+class AccuracyError(AssertionError):
+    """The served model does not match the framework within tolerance."""
+
+
+def compare_outputs(
+    reference: dict[str, np.ndarray],
+    actual: dict[str, np.ndarray],
+    tolerance: dict[str, dict[str, float]],
+    batch: int,
+) -> list[dict[str, Any]]:
+    """One row per output with the error statistics and the verdict."""
+    rows = []
+    for name, expected in reference.items():
+        if name not in tolerance:
+            raise ValueError(
+                f"no tolerance configured for output {name!r}; configured: {sorted(tolerance)}"
+            )
+        if name not in actual:
+            raise AccuracyError(f"output {name!r} missing from the served model's response")
+        got = np.asarray(actual[name], dtype=np.float64)
+        exp = np.asarray(expected, dtype=np.float64)
+        if got.shape != exp.shape:
+            raise AccuracyError(f"output {name!r}: shape {got.shape} != expected {exp.shape}")
+        atol, rtol = float(tolerance[name]["atol"]), float(tolerance[name]["rtol"])
+        diff = np.abs(got - exp)
+        bad = ~(diff <= atol + rtol * np.abs(exp))  # NaN counts as a mismatch
+        rows.append(
+            {
+                "output": name,
+                "batch": batch,
+                "elements": int(exp.size),
+                "mismatched": int(bad.sum()),
+                "max_abs_err": float(np.nanmax(diff)) if diff.size else 0.0,
+                "max_rel_err": float(np.nanmax(diff / np.maximum(np.abs(exp), 1e-12)))
+                if diff.size
+                else 0.0,
+                "atol": atol,
+                "rtol": rtol,
+                "passed": bool(not bad.any()),
+            }
+        )
+    return rows
+
+
+def infer_triton(
+    url: str,
+    model_name: str,
+    feeds: dict[str, np.ndarray],
+    output_names: list[str],
+    timeout_s: float = 120.0,
+) -> dict[str, np.ndarray]:
+    """One inference over HTTP."""
+    import tritonclient.http as httpclient  # noqa: PLC0415 - client only needed here
+
+    client = httpclient.InferenceServerClient(
+        url, connection_timeout=timeout_s, network_timeout=timeout_s
+    )
+    try:
+        inputs = []
+        for name, array in feeds.items():
+            tensor = httpclient.InferInput(name, list(array.shape), NUMPY_TO_TRITON[str(array.dtype)])
+            tensor.set_data_from_numpy(array, binary_data=True)
+            inputs.append(tensor)
+        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in output_names]
+        result = client.infer(model_name, inputs, outputs=outputs)
+        return {n: result.as_numpy(n) for n in output_names}
+    finally:
+        client.close()
+
+
+def format_failure(rows: list[dict[str, Any]]) -> str:
+    bad = [r for r in rows if not r["passed"]]
+    return "; ".join(
+        f"{r['output']}: {r['mismatched']}/{r['elements']} elements outside atol={r['atol']:g} "
+        f"rtol={r['rtol']:g} (max abs err {r['max_abs_err']:.3g}, max rel err "
+        f"{r['max_rel_err']:.3g})"
+        for r in bad
+    )

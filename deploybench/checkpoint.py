@@ -1,0 +1,95 @@
+"""Checkpoints: a configured DLE checkpoint, or a seeded-random initialisation written once.
+
+DLE's layout is ``<dir>/checkpoint.pt`` holding ``{"model": state_dict, "config": <config
+object>}``. Its ``config`` is a pickled class from DLE's source tree; it is not needed (the
+hyper-parameters come from config/ and the state dict is checked against them), so unknown
+classes load as inert placeholders instead of requiring DLE's code.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .io import atomic_path
+from .models import ModelFamily
+
+# Modules whose globals a checkpoint may reference for real (tensors, containers, numbers).
+_TRUSTED_MODULES = ("torch", "collections", "numpy", "builtins", "_codecs", "copyreg")
+
+
+class _Placeholder:
+    """Stands in for a class from DLE's source tree (e.g. ``configuration.ElectricityConfig``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+class _LenientUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if module.split(".")[0] in _TRUSTED_MODULES:
+            return super().find_class(module, name)
+        return _Placeholder
+
+
+class _LenientPickle:
+    """A ``pickle_module`` for ``torch.load`` that does not import a checkpoint's own classes."""
+
+    Unpickler = _LenientUnpickler
+    load = staticmethod(pickle.load)
+    __name__ = "deploybench_lenient_pickle"
+
+
+def resolve_checkpoint_file(path: str | Path) -> Path:
+    """A checkpoint file from a file or a DLE checkpoint directory; a clear error if missing."""
+    p = Path(path)
+    candidate = p / "checkpoint.pt" if p.is_dir() else p
+    if not candidate.is_file():
+        raise FileNotFoundError(
+            f"checkpoint {str(path)!r} not found (expected a file, or a directory holding "
+            "checkpoint.pt as DLE writes it)"
+        )
+    return candidate
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    file = resolve_checkpoint_file(path)
+    try:
+        data = torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        # A DLE checkpoint pickles its config class; read it without importing DLE's code.
+        data = torch.load(file, map_location="cpu", weights_only=False, pickle_module=_LenientPickle)
+    if not isinstance(data, dict) or "model" not in data:
+        raise ValueError(f"{file}: not a DLE-layout checkpoint (a dict with a 'model' state dict)")
+    return data
+
+
+def write_seeded_checkpoint(family: ModelFamily, seed: int, out: str | Path) -> None:
+    """Write the seeded initialisation; same seed → same bytes (the archive name is fixed)."""
+    buffer = io.BytesIO()
+    torch.save(family.init_state(seed), buffer)
+    with atomic_path(out) as tmp:
+        tmp.write_bytes(buffer.getvalue())
+
+
+def prepare_checkpoint(
+    family: ModelFamily, source: str | None, seed: int, out: str | Path
+) -> str:
+    """Materialise the run's checkpoint at ``out``; returns a description of its origin."""
+    if source:
+        data = load_checkpoint(source)
+        family.serving_module(data)  # fails early if it does not fit the hyper-parameters
+        buffer = io.BytesIO()
+        torch.save({"model": data["model"]}, buffer)
+        with atomic_path(out) as tmp:
+            tmp.write_bytes(buffer.getvalue())
+        return f"checkpoint {resolve_checkpoint_file(source)}"
+    write_seeded_checkpoint(family, seed, out)
+    return f"seeded-random initialisation (seed {seed})"

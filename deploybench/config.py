@@ -1,0 +1,172 @@
+"""Resolve what one ``{model}/{gpu}/{format}/{precision}`` run means, from the workflow config.
+
+Every per-model difference is data in ``config/config.yaml``; this module merges a model's
+settings with the sizing of the gpu it runs on, checks the combination, and derives the values
+the rules need (export, conversion, Triton and perf settings). Errors name the bad value and the
+valid choices, so that Snakemake reports them when it builds the DAG.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+WILDCARDS = ("model", "gpu", "format", "precision")
+
+
+class ConfigError(ValueError):
+    """A run or config value that the workflow cannot honour."""
+
+
+def _choose(kind: str, value: str, valid: list[str] | dict[str, Any], context: str = "") -> None:
+    if value not in valid:
+        where = f" {context}" if context else ""
+        raise ConfigError(f"unknown {kind} {value!r}{where}; valid choices: {', '.join(sorted(valid))}")
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated recursively by ``override`` (lists and scalars replace)."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+@dataclass(frozen=True)
+class Run:
+    """One resolved ``{model}/{gpu}/{format}/{precision}`` combination."""
+
+    model: str
+    gpu: str
+    format: str
+    precision: str
+    settings: dict[str, Any]  # the model's settings merged with the gpu's sizing
+    gpu_settings: dict[str, Any]
+    format_settings: dict[str, Any]
+
+    @property
+    def device(self) -> str:
+        return str(self.gpu_settings["device"])
+
+    @property
+    def export_format(self) -> str:
+        return str(self.format_settings["export"])
+
+    @property
+    def export_precision(self) -> str:
+        return str(self.settings["export"]["precision"])
+
+    @property
+    def converter(self) -> str | None:
+        """The converter that makes this artifact from the export, or None to serve the export."""
+        conv = self.format_settings.get("convert", {}).get(self.precision)
+        if conv is None and self.precision != self.export_precision:
+            raise ConfigError(
+                f"format {self.format!r} has no converter to {self.precision!r} "
+                f"from the {self.export_precision!r} export"
+            )
+        return conv
+
+    @property
+    def path(self) -> str:
+        return f"{self.model}/{self.gpu}/{self.format}/{self.precision}"
+
+
+def model_names(config: dict[str, Any]) -> list[str]:
+    return sorted(config["models"])
+
+
+def model_settings(config: dict[str, Any], model: str, gpu: str) -> dict[str, Any]:
+    """A model's settings with the overrides of ``gpu``'s sizing applied."""
+    _choose("model", model, config["models"])
+    _choose("gpu", gpu, config["gpus"])
+    sizing = config["gpus"][gpu]["sizing"]
+    _choose("sizing", sizing, config["sizings"], f"(of gpu {gpu!r})")
+    overrides = (config["sizings"][sizing] or {}).get(model, {})
+    return deep_merge(config["models"][model], overrides)
+
+
+def resolve(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: str) -> Run:
+    """Check a combination against the config and resolve its settings."""
+    settings = model_settings(config, model, gpu)
+    _choose("format", fmt, config["formats"])
+    gpu_settings = config["gpus"][gpu]
+    model_formats = settings["formats"]
+    if fmt not in model_formats:
+        raise ConfigError(
+            f"format {fmt!r} is not configured for model {model!r}; "
+            f"valid choices: {', '.join(sorted(model_formats))}"
+        )
+    if fmt not in gpu_settings["formats"]:
+        raise ConfigError(
+            f"format {fmt!r} does not run on gpu {gpu!r}; "
+            f"valid choices: {', '.join(sorted(gpu_settings['formats']))}"
+        )
+    valid_precisions = sorted(set(model_formats[fmt]) & set(gpu_settings["precisions"]))
+    if precision not in valid_precisions:
+        raise ConfigError(
+            f"precision {precision!r} is not available for {model}/{gpu}/{fmt}; "
+            f"valid choices: {', '.join(valid_precisions) or 'none'}"
+        )
+    run = Run(model, gpu, fmt, precision, settings, gpu_settings, config["formats"][fmt])
+    run.converter  # noqa: B018 - raises if the precision cannot be made
+    check_sizes(run)
+    return run
+
+
+def check_sizes(run: Run) -> None:
+    triton = run.settings["triton"]
+    max_batch = int(triton["max_batch_size"])
+    where = f"for {run.path}"
+    for b in triton["preferred_batch_sizes"]:
+        if b > max_batch:
+            raise ConfigError(f"preferred batch size {b} exceeds max_batch_size {max_batch} {where}")
+    for b in run.settings["perf"]["offline"]["batch_sizes"]:
+        if b > max_batch:
+            raise ConfigError(f"offline batch size {b} exceeds max_batch_size {max_batch} {where}")
+    batch, _ = online_grid(run)
+    if batch > max_batch:
+        raise ConfigError(f"online batch {batch} exceeds max_batch_size {max_batch} {where}")
+
+
+def online_grid(run: Run) -> tuple[int, list[int]]:
+    """The online sweep: batch size per request and the concurrency values.
+
+    ``auto`` is DLE's grid: ``max_total = 2 * max(batch_sizes) * triton_instances *
+    model_instances``, concurrency ``step..min(256, max_total)`` by ``step = max_conc // 32``,
+    batch ``max(1, max_total // 256)``.
+    """
+    perf, triton = run.settings["perf"], run.settings["triton"]
+    online = perf["online"]
+    max_total = (
+        2
+        * max(perf["offline"]["batch_sizes"])
+        * int(online["triton_instances"])
+        * int(triton["model_instances"])
+    )
+    batch = max(1, max_total // 256) if online["batch"] == "auto" else int(online["batch"])
+    if online["concurrency"] == "auto":
+        max_concurrency = min(256, max_total)
+        step = max(1, max_concurrency // 32)
+        concurrency = list(range(step, max_concurrency + 1, step))
+    else:
+        concurrency = [int(c) for c in online["concurrency"]]
+    return batch, concurrency
+
+
+def all_runs(config: dict[str, Any]) -> list[str]:
+    """Every combination the config allows, as ``model/gpu/format/precision``."""
+    runs = []
+    for model in model_names(config):
+        for gpu in sorted(config["gpus"]):
+            for fmt in sorted(config["models"][model]["formats"]):
+                for precision in sorted(config["gpus"][gpu]["precisions"]):
+                    try:
+                        runs.append(resolve(config, model, gpu, fmt, precision).path)
+                    except ConfigError:
+                        continue
+    return runs

@@ -1,0 +1,212 @@
+"""One function per workflow step; ``scripts/`` call these with the rule's inputs and params.
+
+Each step writes its outputs whole (or not at all) and a provenance sidecar beside each result.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import provenance
+from .io import write_json
+from .models import load_family
+
+log = logging.getLogger("deploybench")
+
+
+def setup_logging(path: str | Path | None) -> None:
+    """Log to the rule's log file (and stderr when there is none)."""
+    handler: logging.Handler
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path, mode="a")
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def make_checkpoint(*, model: dict[str, Any], out: str, provenance_out: str) -> None:
+    from .checkpoint import prepare_checkpoint  # noqa: PLC0415 - imports torch
+
+    family = load_family(model["module"], model["hparams"])
+    origin = prepare_checkpoint(family, model.get("checkpoint"), int(model["seed"]), out)
+    log.info("checkpoint %s from %s", out, origin)
+    write_json(provenance_out, provenance.collect(out, model, origin=origin))
+
+
+def export(
+    *,
+    model: dict[str, Any],
+    checkpoint: str,
+    export_format: str,
+    precision: str,
+    opset: int,
+    tolerance: dict[str, dict[str, float]],
+    out: str,
+    provenance_out: str,
+) -> None:
+    from .checkpoint import load_checkpoint  # noqa: PLC0415 - imports torch
+    from .export import export_model  # noqa: PLC0415
+
+    family = load_family(model["module"], model["hparams"])
+    report = export_model(
+        family,
+        load_checkpoint(checkpoint),
+        export_format,
+        precision,
+        out,
+        opset=opset,
+        tolerance=tolerance,
+    )
+    log.info("exported %s; runtime check: %s", out, report)
+    config = {"model": model, "export_format": export_format, "precision": precision, "opset": opset}
+    write_json(provenance_out, provenance.collect(out, config, verification=report))
+
+
+def repository(
+    *,
+    model: dict[str, Any],
+    model_name: str,
+    serving: dict[str, str],
+    triton: dict[str, Any],
+    device: str,
+    artifact: str,
+    artifact_name: str,
+    out: str,
+) -> None:
+    from .repository import build_repository, model_config  # noqa: PLC0415
+
+    family = load_family(model["module"], model["hparams"])
+    config = model_config(
+        name=model_name,
+        serving=serving,
+        triton=triton,
+        device=device,
+        inputs=family.inputs,
+        outputs=family.outputs,
+        artifact_name=artifact_name,
+    )
+    build_repository(config, Path(artifact), artifact_name, Path(out))
+    log.info("model repository %s:\n%s", out, config.to_pbtxt())
+
+
+def _server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Any:
+    from .server import TritonServer  # noqa: PLC0415
+
+    return TritonServer(
+        Path(repo),
+        Path(server_log),
+        startup_timeout_s=float(server_settings.get("startup_timeout_s", 120)),
+        shutdown_timeout_s=float(server_settings.get("shutdown_timeout_s", 30)),
+    )
+
+
+def accuracy(
+    *,
+    model: dict[str, Any],
+    model_name: str,
+    checkpoint: str,
+    repo: str,
+    settings: dict[str, Any],
+    server_settings: dict[str, Any],
+    run: dict[str, Any],
+    out: str,
+    provenance_out: str,
+    server_log: str,
+) -> None:
+    import torch  # noqa: PLC0415
+
+    from .accuracy import COLUMNS, AccuracyError, compare_outputs, format_failure, infer_triton
+    from .checkpoint import load_checkpoint  # noqa: PLC0415
+    from .io import atomic_path  # noqa: PLC0415
+    from .server import graceful_signals  # noqa: PLC0415
+
+    family = load_family(model["module"], model["hparams"])
+    batch = int(settings["batch_size"])
+    feeds = family.example_inputs(batch, int(settings["seed"]))
+    module = family.serving_module(load_checkpoint(checkpoint))
+    with torch.no_grad():
+        expected = module(*(torch.from_numpy(feeds[s.name]) for s in family.inputs))
+    expected_list = expected if isinstance(expected, (tuple, list)) else (expected,)
+    reference = {s.name: t.numpy() for s, t in zip(family.outputs, expected_list)}
+
+    with graceful_signals(), _server(repo, server_log, server_settings) as server:
+        served = infer_triton(server.http_url, model_name, feeds, list(reference))
+        server_info = server.metadata()
+    rows = compare_outputs(reference, served, settings["tolerance"], batch)
+    for row in rows:
+        log.info("accuracy %s", row)
+    if not all(r["passed"] for r in rows):
+        raise AccuracyError(
+            f"{run['path']}: Triton's output differs from the framework: {format_failure(rows)}"
+        )
+    with atomic_path(out) as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    write_json(
+        provenance_out,
+        provenance.collect(out, {"accuracy": settings, **run}, tritonserver=server_info),
+    )
+
+
+def perf(
+    *,
+    scenario: str,
+    model: dict[str, Any],
+    model_name: str,
+    repo: str,
+    points: list[dict[str, int]],
+    measure: dict[str, Any],
+    server_settings: dict[str, Any],
+    run: dict[str, Any],
+    out: str,
+    provenance_out: str,
+    server_log: str,
+    perf_log: str,
+) -> None:
+    from .perf import (  # noqa: PLC0415
+        SCENARIOS,
+        MeasureSettings,
+        Point,
+        measure_point,
+        write_input_data,
+        write_rows,
+    )
+    from .server import graceful_signals  # noqa: PLC0415
+
+    family = load_family(model["module"], model["hparams"])
+    settings = MeasureSettings(**measure)
+    Path(perf_log).parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
+        input_data = Path(tmp) / "data.json"
+        write_input_data(family.example_inputs(1, seed=0), input_data)
+        with graceful_signals(), _server(repo, server_log, server_settings) as server:
+            server_info = server.metadata()
+            for p in points:
+                point = Point(int(p["batch"]), int(p["concurrency"]))
+                row = measure_point(
+                    model_name=model_name,
+                    url=server.url(SCENARIOS[scenario].protocol),
+                    scenario=SCENARIOS[scenario],
+                    point=point,
+                    input_data=input_data,
+                    settings=settings,
+                    log_file=Path(perf_log),
+                    check_server=server.check_alive,
+                )
+                log.info("%s %s: %s", scenario, point, row)
+                rows.append({**{k: run[k] for k in ("model", "gpu", "format", "precision")},
+                             "scenario": scenario, **row})
+    write_rows(rows, Path(out))
+    config = {"scenario": scenario, "points": points, "measure": measure, **run}
+    write_json(provenance_out, provenance.collect(out, config, tritonserver=server_info))

@@ -1,0 +1,463 @@
+"""Temporal Fusion Transformer (Lim et al., 2019) as deployed by DeepLearningExamples.
+
+A compact re-implementation of the architecture that DLE's TFT deploys on Triton: input
+embeddings, variable selection networks (VSN) built from gated residual networks (GRN), a static
+covariate encoder, LSTM encoder/decoder, interpretable multi-head attention and a quantile head.
+Parameter names follow DLE's checkpoint layout (``checkpoint.pt`` = ``{"model": state_dict,
+"config": ...}``) so that a trained DLE checkpoint loads into this module unchanged.
+
+The Triton interface is DLE's: eight inputs ``s_cat__0 … id__7`` (absent feature groups are sent
+as one zero column) and one output ``target__0`` of shape ``[batch, horizon, quantiles]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..tensors import TensorSpec
+
+
+@dataclass(frozen=True)
+class TFTConfig:
+    """Hyper-parameters of one TFT variant (DLE's ``configuration.py`` values per data set)."""
+
+    static_categorical_inp_lens: tuple[int, ...]
+    temporal_known_continuous_inp_size: int
+    temporal_observed_continuous_inp_size: int = 0
+    temporal_target_size: int = 1
+    static_continuous_inp_size: int = 0
+    temporal_known_categorical_inp_lens: tuple[int, ...] = ()
+    temporal_observed_categorical_inp_lens: tuple[int, ...] = ()
+    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
+    example_length: int = 192
+    encoder_length: int = 168
+    n_head: int = 4
+    hidden_size: int = 128
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> "TFTConfig":
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TFT hyper-parameters {unknown}; valid: {sorted(known)}")
+        tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**tuples)
+
+    @property
+    def num_static_vars(self) -> int:
+        return self.static_continuous_inp_size + len(self.static_categorical_inp_lens)
+
+    @property
+    def num_future_vars(self) -> int:
+        return self.temporal_known_continuous_inp_size + len(self.temporal_known_categorical_inp_lens)
+
+    @property
+    def num_historic_vars(self) -> int:
+        return (
+            self.num_future_vars
+            + self.temporal_observed_continuous_inp_size
+            + self.temporal_target_size
+            + len(self.temporal_observed_categorical_inp_lens)
+        )
+
+    @property
+    def horizon(self) -> int:
+        return self.example_length - self.encoder_length
+
+
+class GLU(nn.Module):
+    """Gated linear unit: a linear layer to twice the width, halves gated by a sigmoid."""
+
+    def __init__(self, hidden_size: int, output_size: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(hidden_size, output_size * 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.glu(self.lin(x))
+
+
+class MaybeLayerNorm(nn.Module):
+    """LayerNorm, or identity for a single output (DLE normalises nothing of width one)."""
+
+    def __init__(self, output_size: int | None, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        width = output_size or hidden_size
+        self.ln: nn.Module = nn.Identity() if output_size == 1 else nn.LayerNorm(width, eps=eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.ln(x)
+
+
+class GRN(nn.Module):
+    """Gated residual network with an optional context vector."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        output_size: int | None = None,
+        context_hidden_size: int | None = None,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.layer_norm = MaybeLayerNorm(output_size, hidden_size, eps=1e-3)
+        self.lin_a = nn.Linear(input_size, hidden_size)
+        self.lin_c = (
+            nn.Linear(context_hidden_size, hidden_size, bias=False) if context_hidden_size else None
+        )
+        self.lin_i = nn.Linear(hidden_size, hidden_size)
+        self.glu = GLU(hidden_size, output_size or hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(input_size, output_size) if output_size else None
+
+    def forward(self, a: Tensor, c: Tensor | None = None) -> Tensor:
+        x = self.lin_a(a)
+        if c is not None and self.lin_c is not None:
+            x = x + self.lin_c(c).unsqueeze(1)
+        x = self.glu(self.dropout(self.lin_i(F.elu(x))))
+        skip = a if self.out_proj is None else self.out_proj(a)
+        return self.layer_norm(x + skip)
+
+
+class TFTEmbedding(nn.Module):
+    """Embeds every input variable into ``hidden_size``: lookups for categoricals, a learned
+    vector scaled by the value (plus bias) for continuous inputs."""
+
+    def __init__(self, cfg: TFTConfig) -> None:
+        super().__init__()
+        h = cfg.hidden_size
+
+        def lookups(lens: tuple[int, ...]) -> nn.ModuleList | None:
+            return nn.ModuleList(nn.Embedding(n, h) for n in lens) if lens else None
+
+        def vectors(size: int) -> tuple[nn.Parameter | None, nn.Parameter | None]:
+            if not size:
+                return None, None
+            weight = nn.Parameter(torch.empty(size, h))
+            nn.init.xavier_normal_(weight)
+            return weight, nn.Parameter(torch.zeros(size, h))
+
+        self.s_cat_embed = lookups(cfg.static_categorical_inp_lens)
+        self.t_cat_k_embed = lookups(cfg.temporal_known_categorical_inp_lens)
+        self.t_cat_o_embed = lookups(cfg.temporal_observed_categorical_inp_lens)
+        self.s_cont_embedding_vectors, self.s_cont_embedding_bias = vectors(
+            cfg.static_continuous_inp_size
+        )
+        self.t_cont_k_embedding_vectors, self.t_cont_k_embedding_bias = vectors(
+            cfg.temporal_known_continuous_inp_size
+        )
+        self.t_cont_o_embedding_vectors, self.t_cont_o_embedding_bias = vectors(
+            cfg.temporal_observed_continuous_inp_size
+        )
+        self.t_tgt_embedding_vectors, self.t_tgt_embedding_bias = vectors(cfg.temporal_target_size)
+
+    @staticmethod
+    def _embed(
+        cat: Tensor | None,
+        cont: Tensor | None,
+        lookups: nn.ModuleList | None,
+        weight: Tensor | None,
+        bias: Tensor | None,
+    ) -> Tensor | None:
+        parts = []
+        if cat is not None and lookups is not None:
+            parts.append(torch.stack([emb(cat[..., i]) for i, emb in enumerate(lookups)], dim=-2))
+        if cont is not None and weight is not None and bias is not None:
+            parts.append(cont.unsqueeze(-1) * weight + bias)
+        return torch.cat(parts, dim=-2) if parts else None
+
+    def forward(
+        self, inputs: dict[str, Tensor | None]
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+        s_cat, s_cont = inputs["s_cat"], inputs["s_cont"]
+        # Static inputs repeat along time; DLE reads the first step.
+        static = self._embed(
+            s_cat[:, 0, :] if s_cat is not None else None,
+            s_cont[:, 0, :] if s_cont is not None else None,
+            self.s_cat_embed,
+            self.s_cont_embedding_vectors,
+            self.s_cont_embedding_bias,
+        )
+        known = self._embed(
+            inputs["k_cat"],
+            inputs["k_cont"],
+            self.t_cat_k_embed,
+            self.t_cont_k_embedding_vectors,
+            self.t_cont_k_embedding_bias,
+        )
+        observed = self._embed(
+            inputs["o_cat"],
+            inputs["o_cont"],
+            self.t_cat_o_embed,
+            self.t_cont_o_embedding_vectors,
+            self.t_cont_o_embedding_bias,
+        )
+        target = self._embed(
+            None, inputs["target"], None, self.t_tgt_embedding_vectors, self.t_tgt_embedding_bias
+        )
+        if static is None or known is None or target is None:
+            raise ValueError("TFT needs static, known and target inputs")
+        return static, known, observed, target
+
+
+class VariableSelectionNetwork(nn.Module):
+    """Softmax weights over the variables (from a joint GRN) mix per-variable GRN outputs."""
+
+    def __init__(self, cfg: TFTConfig, num_inputs: int) -> None:
+        super().__init__()
+        h = cfg.hidden_size
+        self.joint_grn = GRN(h * num_inputs, h, output_size=num_inputs, context_hidden_size=h)
+        self.var_grns = nn.ModuleList(GRN(h, h, dropout=cfg.dropout) for _ in range(num_inputs))
+
+    def forward(self, x: Tensor, context: Tensor | None = None) -> Tensor:
+        weights = F.softmax(self.joint_grn(x.flatten(-2), c=context), dim=-1)
+        transformed = torch.stack([grn(x[..., i, :]) for i, grn in enumerate(self.var_grns)], -1)
+        return torch.matmul(transformed, weights.unsqueeze(-1)).squeeze(-1)
+
+
+class StaticCovariateEncoder(nn.Module):
+    """Four context vectors from the static variables: selection, enrichment, LSTM h and c."""
+
+    def __init__(self, cfg: TFTConfig) -> None:
+        super().__init__()
+        h = cfg.hidden_size
+        self.vsn = VariableSelectionNetwork(cfg, cfg.num_static_vars)
+        self.context_grns = nn.ModuleList(GRN(h, h, dropout=cfg.dropout) for _ in range(4))
+
+    def forward(self, x: Tensor) -> list[Tensor]:
+        selected = self.vsn(x)
+        return [grn(selected) for grn in self.context_grns]
+
+
+class InterpretableMultiHeadAttention(nn.Module):
+    """Multi-head attention whose heads share one value projection and are averaged, so the
+    attention weights stay interpretable; causal mask over the example."""
+
+    def __init__(self, cfg: TFTConfig) -> None:
+        super().__init__()
+        if cfg.hidden_size % cfg.n_head:
+            raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by n_head {cfg.n_head}")
+        self.n_head = cfg.n_head
+        self.d_head = cfg.hidden_size // cfg.n_head
+        self.qkv_linears = nn.Linear(
+            cfg.hidden_size, (2 * self.n_head + 1) * self.d_head, bias=False
+        )
+        self.out_proj = nn.Linear(self.d_head, cfg.hidden_size, bias=False)
+        self.attn_dropout = nn.Dropout(cfg.attn_dropout)
+        self.out_dropout = nn.Dropout(cfg.dropout)
+        self.scale = self.d_head**-0.5
+        mask = torch.triu(torch.full((cfg.example_length, cfg.example_length), float("-inf")), 1)
+        self.register_buffer("_mask", mask.unsqueeze(0))
+
+    def forward(self, x: Tensor) -> Tensor:
+        bs, t, _ = x.shape
+        width = self.n_head * self.d_head
+        q, k, v = self.qkv_linears(x).split((width, width, self.d_head), dim=-1)
+        q = q.view(bs, t, self.n_head, self.d_head).permute(0, 2, 1, 3)
+        k = k.view(bs, t, self.n_head, self.d_head).permute(0, 2, 3, 1)
+        scores = torch.matmul(q, k) * self.scale + self._mask
+        probs = self.attn_dropout(F.softmax(scores, dim=3))
+        heads = torch.matmul(probs, v.view(bs, t, 1, self.d_head).transpose(1, 2))
+        return self.out_dropout(self.out_proj(heads.mean(dim=1)))
+
+
+class TemporalFusionTransformer(nn.Module):
+    """The TFT forecaster: quantile forecasts for the ``horizon`` steps after the encoder."""
+
+    def __init__(self, cfg: TFTConfig) -> None:
+        super().__init__()
+        h = cfg.hidden_size
+        self.encoder_length = cfg.encoder_length
+        self.embedding = TFTEmbedding(cfg)
+        self.static_encoder = StaticCovariateEncoder(cfg)
+        self.history_vsn = VariableSelectionNetwork(cfg, cfg.num_historic_vars)
+        self.history_encoder = nn.LSTM(h, h, batch_first=True)
+        self.future_vsn = VariableSelectionNetwork(cfg, cfg.num_future_vars)
+        self.future_encoder = nn.LSTM(h, h, batch_first=True)
+        self.input_gate = GLU(h, h)
+        self.input_gate_ln = nn.LayerNorm(h, eps=1e-3)
+        self.enrichment_grn = GRN(h, h, context_hidden_size=h, dropout=cfg.dropout)
+        self.attention = InterpretableMultiHeadAttention(cfg)
+        self.attention_gate = GLU(h, h)
+        self.attention_ln = nn.LayerNorm(h, eps=1e-3)
+        self.positionwise_grn = GRN(h, h, dropout=cfg.dropout)
+        self.decoder_gate = GLU(h, h)
+        self.decoder_ln = nn.LayerNorm(h, eps=1e-3)
+        self.quantile_proj = nn.Linear(h, len(cfg.quantiles))
+
+    def forward(self, inputs: dict[str, Tensor | None]) -> Tensor:
+        static, known, observed, target = self.embedding(inputs)
+        c_select, c_enrich, c_h, c_c = self.static_encoder(static)
+        enc = self.encoder_length
+
+        past = [known[:, :enc], target[:, :enc]]
+        if observed is not None:
+            past.insert(0, observed[:, :enc])
+        history_features = self.history_vsn(torch.cat(past, dim=-2), c_select)
+        future_features = self.future_vsn(known[:, enc:], c_select)
+        history, state = self.history_encoder(
+            history_features, (c_h.unsqueeze(0), c_c.unsqueeze(0))
+        )
+        future, _ = self.future_encoder(future_features, state)
+
+        # Gated skip connection around the LSTMs.
+        embedded = torch.cat([history_features, future_features], dim=1)
+        temporal = self.input_gate_ln(
+            self.input_gate(torch.cat([history, future], dim=1)) + embedded
+        )
+        enriched = self.enrichment_grn(temporal, c=c_enrich)
+        attended = self.attention(enriched)
+
+        # Only the forecast horizon is decoded.
+        attended, temporal, enriched = attended[:, enc:], temporal[:, enc:], enriched[:, enc:]
+        x = self.attention_ln(self.attention_gate(attended) + enriched)
+        x = self.positionwise_grn(x)
+        x = self.decoder_ln(self.decoder_gate(x) + temporal)
+        return self.quantile_proj(x)
+
+
+INPUT_GROUPS = ("s_cat", "s_cont", "k_cat", "k_cont", "o_cat", "o_cont", "target", "id")
+
+
+class TFTServing(nn.Module):
+    """DLE's Triton signature: eight positional tensors, absent groups as one zero column."""
+
+    def __init__(self, model: TemporalFusionTransformer, cfg: TFTConfig) -> None:
+        super().__init__()
+        self.model = model
+        self.present = {
+            "s_cat": bool(cfg.static_categorical_inp_lens),
+            "s_cont": bool(cfg.static_continuous_inp_size),
+            "k_cat": bool(cfg.temporal_known_categorical_inp_lens),
+            "k_cont": bool(cfg.temporal_known_continuous_inp_size),
+            "o_cat": bool(cfg.temporal_observed_categorical_inp_lens),
+            "o_cont": bool(cfg.temporal_observed_continuous_inp_size),
+            "target": True,
+            "id": False,  # the id only routes examples in DLE's data pipeline
+        }
+
+    def forward(
+        self,
+        s_cat: Tensor,
+        s_cont: Tensor,
+        k_cat: Tensor,
+        k_cont: Tensor,
+        o_cat: Tensor,
+        o_cont: Tensor,
+        target: Tensor,
+        id: Tensor,  # noqa: A002 - DLE's input name
+    ) -> Tensor:
+        tensors = (s_cat, s_cont, k_cat, k_cont, o_cat, o_cont, target, id)
+        inputs = {
+            name: (t if self.present[name] else None) for name, t in zip(INPUT_GROUPS, tensors)
+        }
+        return self.model(inputs)
+
+
+@dataclass
+class TFTSpec:
+    """Everything the workflow needs to know about one TFT variant."""
+
+    cfg: TFTConfig
+    inputs: list[TensorSpec] = field(init=False)
+    outputs: list[TensorSpec] = field(init=False)
+
+    def __post_init__(self) -> None:
+        c, t = self.cfg, self.cfg.example_length
+
+        def width(present: int, n: int) -> tuple[int, ...]:
+            return (t, n) if present else (1,)
+
+        groups = {
+            "s_cat": ("int64", width(len(c.static_categorical_inp_lens), len(c.static_categorical_inp_lens))),
+            "s_cont": ("float32", width(c.static_continuous_inp_size, c.static_continuous_inp_size)),
+            "k_cat": ("int64", width(len(c.temporal_known_categorical_inp_lens), len(c.temporal_known_categorical_inp_lens))),
+            "k_cont": ("float32", width(c.temporal_known_continuous_inp_size, c.temporal_known_continuous_inp_size)),
+            "o_cat": ("int64", width(len(c.temporal_observed_categorical_inp_lens), len(c.temporal_observed_categorical_inp_lens))),
+            "o_cont": ("float32", width(c.temporal_observed_continuous_inp_size, c.temporal_observed_continuous_inp_size)),
+            "target": ("float32", (t, c.temporal_target_size)),
+            "id": ("int64", (t, 1)),
+        }
+        self.inputs = [
+            TensorSpec(f"{name}__{i}", dtype, shape)
+            for i, (name, (dtype, shape)) in enumerate(groups.items())
+        ]
+        self.outputs = [TensorSpec("target__0", "float32", (c.horizon, len(c.quantiles)))]
+
+
+class TFTFamily:
+    """The workflow's view of TFT: build, checkpoint, serving module, example inputs."""
+
+    framework = "pytorch"
+
+    def __init__(self, hparams: dict[str, Any]) -> None:
+        self.cfg = TFTConfig.from_mapping(hparams)
+        self.spec = TFTSpec(self.cfg)
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self.spec.inputs
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self.spec.outputs
+
+    def init_state(self, seed: int) -> dict[str, Any]:
+        """A seeded-random initialisation in DLE's checkpoint layout."""
+        torch.manual_seed(seed)
+        model = TemporalFusionTransformer(self.cfg)
+        return {"model": model.state_dict(), "config": _plain_config(self.cfg)}
+
+    def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module:
+        model = TemporalFusionTransformer(self.cfg)
+        try:
+            model.load_state_dict(checkpoint["model"], strict=True)
+        except RuntimeError as err:
+            raise ValueError(
+                f"checkpoint does not fit the configured TFT hyper-parameters {self.cfg}: {err}"
+            ) from err
+        return TFTServing(model, self.cfg).eval()
+
+    def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+        """Deterministic synthetic inputs in the value ranges of DLE's pre-processed data:
+        valid category ids, standardised continuous covariates and targets."""
+        rng = np.random.default_rng(seed)
+        out: dict[str, np.ndarray] = {}
+        cat_lens = {
+            "s_cat": self.cfg.static_categorical_inp_lens,
+            "k_cat": self.cfg.temporal_known_categorical_inp_lens,
+            "o_cat": self.cfg.temporal_observed_categorical_inp_lens,
+        }
+        for spec in self.inputs:
+            group = spec.name.rsplit("__", 1)[0]
+            shape = (batch, *spec.shape)
+            if group in cat_lens and cat_lens[group]:
+                highs = np.array(cat_lens[group])
+                per_series = rng.integers(0, highs, size=(batch, 1, len(highs)))
+                # Static categoricals repeat along time, as DLE's data loader gives them.
+                values = np.broadcast_to(per_series, shape) if group == "s_cat" else rng.integers(
+                    0, highs, size=shape
+                )
+                out[spec.name] = np.ascontiguousarray(values, dtype=spec.dtype)
+            elif group == "id":
+                out[spec.name] = np.repeat(
+                    rng.integers(0, 1000, size=(batch, 1, 1)), spec.shape[0], axis=1
+                ).astype(spec.dtype)
+            elif spec.shape == (1,):
+                out[spec.name] = np.zeros(shape, dtype=spec.dtype)
+            else:
+                out[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+        return out
+
+
+def _plain_config(cfg: TFTConfig) -> dict[str, Any]:
+    """The hyper-parameters as plain types, so the checkpoint loads with ``weights_only``."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()}

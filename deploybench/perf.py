@@ -1,0 +1,269 @@
+"""Performance points measured by the real ``perf_analyzer``, one process per point.
+
+Scenarios follow the seed pages: *offline* is static batching (each batch size at concurrency 1,
+gRPC with system shared memory); *online* is dynamic batching (HTTP, no shared memory, a
+concurrency sweep). Every point is warmed up, measured in ``count_windows`` mode, and retried with
+more requests while perf_analyzer reports it unstable (as DLE's tooling did). A point that never
+stabilises is measured once more with the stability criterion off and kept with
+``stable=False``: the row is honest about it instead of missing or pretending.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import tools
+
+log = logging.getLogger(__name__)
+
+# perf_analyzer CSV column (µs) → our column (ms), named as in the published tables.
+LATENCY_COLUMNS = {
+    "Client Send": "client_send_ms",
+    "Network+Server Send/Recv": "network_server_send_recv_ms",
+    "Server Queue": "server_queue_ms",
+    "Server Compute Input": "server_compute_input_ms",
+    "Server Compute Infer": "server_compute_infer_ms",
+    "Server Compute Output": "server_compute_output_ms",
+    "Client Recv": "client_recv_ms",
+    "p50 latency": "p50_latency_ms",
+    "p90 latency": "p90_latency_ms",
+    "p95 latency": "p95_latency_ms",
+    "p99 latency": "p99_latency_ms",
+    "Avg latency": "avg_latency_ms",
+}
+COLUMNS = [
+    "model",
+    "gpu",
+    "format",
+    "precision",
+    "scenario",
+    "batch",
+    "concurrency",
+    "throughput",
+    *LATENCY_COLUMNS.values(),
+    "request_count",
+    "measured_requests",
+    "stable",
+    "attempts",
+]
+UNSTABLE_MARKER = "Failed to obtain stable measurement"
+NO_STABILITY_CHECK = "1000"  # --stability-percentage: any variation passes
+
+
+class PerfError(RuntimeError):
+    """perf_analyzer failed for a reason other than an unstable measurement."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    protocol: str
+    shared_memory: str  # "system" | "none"
+
+
+SCENARIOS = {
+    "offline": Scenario("offline", protocol="grpc", shared_memory="system"),
+    "online": Scenario("online", protocol="http", shared_memory="none"),
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    batch: int
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    request_count: int
+    measurement_interval_ms: int = 5000
+    max_retries: int = 10
+    retry_request_step: int = 50
+    warmup_factor: int = 2  # warm-up uses this many times the requests; 0: no warm-up
+    timeout_s: float = 600.0
+
+
+def offline_points(batch_sizes: list[int]) -> list[Point]:
+    return [Point(b, 1) for b in batch_sizes]
+
+
+def online_points(batch: int, concurrency: list[int]) -> list[Point]:
+    return [Point(batch, c) for c in concurrency]
+
+
+def write_input_data(feeds: dict[str, np.ndarray], path: Path) -> None:
+    """perf_analyzer ``--input-data`` JSON: one example (no batch dimension); perf_analyzer
+    repeats it to the requested batch size."""
+    data = {
+        "data": [
+            {
+                name: {"content": array[0].ravel().tolist(), "shape": list(array.shape[1:])}
+                for name, array in feeds.items()
+            }
+        ]
+    }
+    path.write_text(json.dumps(data))
+
+
+def perf_command(
+    *,
+    model_name: str,
+    url: str,
+    scenario: Scenario,
+    point: Point,
+    input_data: Path,
+    request_count: int,
+    interval_ms: int,
+    result_csv: Path,
+    stability_percentage: str | None = None,
+) -> list[str]:
+    """The perf_analyzer command line for one point (DLE's flags)."""
+    cmd = [
+        str(tools.perf_analyzer_binary()),
+        "-m", model_name,
+        "-x", "1",
+        "-b", str(point.batch),
+        "-u", url,
+        "-i", scenario.protocol,
+        "--input-data", str(input_data),
+        "--measurement-interval", str(interval_ms),
+        "--concurrency-range", f"{point.concurrency}:{point.concurrency}:1",
+        "--measurement-mode", "count_windows",
+        "--measurement-request-count", str(request_count),
+        "-f", str(result_csv),
+        "--verbose-csv",
+    ]  # fmt: skip
+    if scenario.shared_memory == "system":
+        cmd += ["--shared-memory", "system", "--output-shared-memory-size", "100240"]
+    if stability_percentage is not None:
+        cmd += ["--stability-percentage", stability_percentage]
+    return cmd
+
+
+def parse_result(csv_path: Path, stdout: str) -> dict[str, Any]:
+    """perf_analyzer's one-row CSV, latencies converted from µs to ms."""
+    with csv_path.open() as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 1:
+        raise PerfError(f"{csv_path}: expected one measurement row, found {len(rows)}")
+    raw = rows[0]
+    row: dict[str, Any] = {"throughput": float(raw["Inferences/Second"])}
+    for src, dst in LATENCY_COLUMNS.items():
+        row[dst] = float(raw[src]) / 1000.0
+    match = re.search(r"Client:\s*\n\s*Request count:\s*(\d+)", stdout)
+    row["measured_requests"] = int(match.group(1)) if match else None
+    return row
+
+
+def run_perf_analyzer(cmd: list[str], timeout_s: float, log_file: Path | None) -> tuple[int, str]:
+    """Run one perf_analyzer process; killed (whole group) past ``timeout_s``."""
+    with subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=tools.perf_analyzer_environment(),
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise PerfError(f"perf_analyzer hung past its timeout of {timeout_s:g} s: {cmd}")
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    if log_file is not None:
+        with log_file.open("a") as f:
+            f.write(f"$ {' '.join(cmd)}\n{out}\n(exit {proc.returncode})\n")
+    return proc.returncode, out
+
+
+def measure_point(
+    *,
+    model_name: str,
+    url: str,
+    scenario: Scenario,
+    point: Point,
+    input_data: Path,
+    settings: MeasureSettings,
+    log_file: Path | None = None,
+    check_server: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
+    """Warm up, then measure until stable (at most ``max_retries`` retries)."""
+    with tempfile.TemporaryDirectory(prefix="deploybench-pa-") as tmp:
+        result_csv = Path(tmp) / "point.csv"
+
+        def attempt(requests: int, stability: str | None) -> tuple[int, str]:
+            check_server()
+            result_csv.unlink(missing_ok=True)
+            cmd = perf_command(
+                model_name=model_name,
+                url=url,
+                scenario=scenario,
+                point=point,
+                input_data=input_data,
+                request_count=requests,
+                interval_ms=settings.measurement_interval_ms,
+                result_csv=result_csv,
+                stability_percentage=stability,
+            )
+            code, out = run_perf_analyzer(cmd, settings.timeout_s, log_file)
+            if code != 0 and UNSTABLE_MARKER not in out:
+                check_server()  # a dead server explains the failure best
+                raise PerfError(f"perf_analyzer failed (exit {code}) at {point}:\n{out[-2000:]}")
+            return code, out
+
+        if settings.warmup_factor:
+            attempt(settings.request_count * settings.warmup_factor, NO_STABILITY_CHECK)
+
+        requests = settings.request_count
+        for tries in range(1, settings.max_retries + 2):
+            code, out = attempt(requests, None)
+            if code == 0:
+                return _row(point, parse_result(result_csv, out), requests, True, tries)
+            log.warning("%s unstable with %d requests (try %d)", point, requests, tries)
+            requests += settings.retry_request_step
+        requests -= settings.retry_request_step
+        code, out = attempt(requests, NO_STABILITY_CHECK)
+        if code != 0:
+            raise PerfError(f"perf_analyzer could not measure {point}:\n{out[-2000:]}")
+        return _row(point, parse_result(result_csv, out), requests, False, settings.max_retries + 2)
+
+
+def _row(
+    point: Point, values: dict[str, Any], requests: int, stable: bool, attempts: int
+) -> dict[str, Any]:
+    return {
+        "batch": point.batch,
+        "concurrency": point.concurrency,
+        **values,
+        "request_count": requests,
+        "stable": stable,
+        "attempts": attempts,
+    }
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
+    from .io import atomic_path  # noqa: PLC0415
+
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)

@@ -1,0 +1,137 @@
+"""Provenance sidecars: what produced a result (software, image, hardware, config, commit)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+PACKAGES = (
+    "deploybench",
+    "torch",
+    "onnx",
+    "onnxruntime",
+    "numpy",
+    "snakemake",
+    "tritonclient",
+    "nvidia-pytriton",
+)
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def perf_analyzer_version() -> str | None:
+    """The tritonclient wheel that shipped the perf_analyzer binary in use."""
+    from . import tools  # noqa: PLC0415
+
+    try:
+        binary = tools.perf_analyzer_binary()
+    except tools.ToolNotFound:
+        return None
+    dist = sorted(binary.parent.parent.glob("tritonclient-*.dist-info"))
+    return f"tritonclient {dist[-1].name.split('-')[1]}" if dist else str(binary)
+
+
+def git_state(repo: Path | None = None) -> dict[str, Any]:
+    cwd = repo or Path.cwd()
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": dirty}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024**2, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _gpus() -> list[str]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def host() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_gb": _memory_gb(),
+        "gpus": _gpus(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+
+
+def container() -> dict[str, Any]:
+    """The container the job runs in (Apptainer sets these), or none for the native venv."""
+    image = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+    return {"image": image, "runtime": "apptainer" if image else "native venv"}
+
+
+def collect(result: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """Everything that describes how ``result`` was produced."""
+    return {
+        "result": result,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "software": package_versions(),
+        "perf_analyzer": perf_analyzer_version(),
+        "git": git_state(),
+        "host": host(),
+        "container": container(),
+        "config": config,
+        **extra,
+    }

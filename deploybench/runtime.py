@@ -1,0 +1,84 @@
+"""Run an exported artifact in-process with its runtime (onnxruntime or TorchScript).
+
+Self-contained on purpose (numpy plus the runtime): the workflow uses it to check exports and
+measure in-process throughput, and the model repository ships a copy beside the python
+backend's ``model.py``, so the served path and the checked path run the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RUNTIMES = ("onnxruntime", "torchscript")
+
+
+class Runner:
+    """Callable: feeds by input name → outputs in the artifact's output order."""
+
+    input_names: list[str]  # the inputs the artifact consumes, a subset of the served ones
+    output_names: list[str]
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class OnnxRuntimeRunner(Runner):
+    def __init__(self, path: Path, threads: int) -> None:
+        import onnxruntime as ort  # noqa: PLC0415 - only this runtime needs it
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads  # 0: onnxruntime picks (one per core)
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.session = ort.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        # ONNX export drops inputs the graph does not use; feed only what it declares.
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        result: list[np.ndarray] = self.session.run(
+            self.output_names, {n: feeds[n] for n in self.input_names}
+        )
+        return result
+
+
+class TorchScriptRunner(Runner):
+    def __init__(
+        self, path: Path, threads: int, input_names: Sequence[str], output_names: Sequence[str]
+    ) -> None:
+        import torch  # noqa: PLC0415 - only this runtime needs it
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch = torch
+        self.module = torch.jit.load(str(path), map_location="cpu").eval()
+        self.input_names = list(input_names)  # positional, in the served order
+        self.output_names = list(output_names)
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        torch = self.torch
+        with torch.inference_mode():
+            out: Any = self.module(*(torch.from_numpy(feeds[n]) for n in self.input_names))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return [o.numpy() for o in outs]
+
+
+def load_runner(
+    runtime: str,
+    path: str | Path,
+    *,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    threads: int = 0,
+) -> Runner:
+    if runtime == "onnxruntime":
+        return OnnxRuntimeRunner(Path(path), threads)
+    if runtime == "torchscript":
+        return TorchScriptRunner(Path(path), threads, input_names, output_names)
+    raise ValueError(f"unknown runtime {runtime!r}; valid choices: {', '.join(RUNTIMES)}")

@@ -1,0 +1,237 @@
+"""A ``tritonserver`` process owned by one job: free ports, readiness, and a stop that always runs.
+
+The server gets its own process group (its python-backend stubs are in it too), so stopping it
+stops them all; with ``PR_SET_PDEATHSIG`` the kernel also stops it if the job that started it is
+killed outright. ``graceful_signals`` turns SIGTERM (what SLURM and Snakemake send) into an
+exception, so ``with TritonServer(...)`` blocks unwind and stop the server on it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from . import tools
+
+log = logging.getLogger(__name__)
+
+PORT_IN_USE_MARKERS = ("address already in use", "failed to start", "socket bind failed")
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerError(RuntimeError):
+    """The server could not be started or made ready."""
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread when the job is sent SIGTERM."""
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that are free on loopback right now (held open together so the
+    kernel cannot hand out one twice)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def graceful_signals() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` (SIGINT already raises KeyboardInterrupt) while inside."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        raise Terminated(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class TritonServer:
+    """``with TritonServer(repo, log) as server:`` → a ready server on free loopback ports."""
+
+    def __init__(
+        self,
+        repository: Path,
+        log_path: Path,
+        *,
+        startup_timeout_s: float = 120.0,
+        shutdown_timeout_s: float = 30.0,
+        start_attempts: int = 3,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.repository = Path(repository).resolve()
+        self.log_path = Path(log_path)
+        self.startup_timeout_s = startup_timeout_s
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.start_attempts = start_attempts
+        self.extra_args = extra_args
+        self.process: subprocess.Popen[bytes] | None = None
+        self.http_port = self.grpc_port = self.metrics_port = 0
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def url(self, protocol: str) -> str:
+        return self.http_url if protocol == "http" else self.grpc_url
+
+    def command(self) -> list[str]:
+        cmd = [
+            str(tools.tritonserver_binary()),
+            f"--model-repository={self.repository}",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--exit-on-error=true",
+            "--strict-readiness=true",
+        ]
+        backends = tools.backend_directory()
+        if backends is not None:
+            cmd.append(f"--backend-directory={backends}")
+        return cmd + list(self.extra_args)
+
+    def start(self) -> "TritonServer":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, self.start_attempts + 1):
+            self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+            cmd = self.command()
+            with self.log_path.open("ab") as out:
+                out.write(f"$ {' '.join(cmd)}\n".encode())
+                out.flush()
+                self.process = subprocess.Popen(
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=tools.server_environment(),
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            try:
+                self._wait_ready()
+                log.info("tritonserver ready (pid %d, http %d, grpc %d)",
+                         self.process.pid, self.http_port, self.grpc_port)
+                return self
+            except ServerError as err:
+                self.stop()
+                # Another process may have taken a port between our probe and the bind: retry.
+                if attempt < self.start_attempts and self._ports_were_taken():
+                    log.warning("ports taken (attempt %d), retrying on new ports", attempt)
+                    continue
+                raise err
+            except BaseException:
+                self.stop()
+                raise
+        raise ServerError("unreachable")  # pragma: no cover
+
+    def _log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+    def _ports_were_taken(self) -> bool:
+        tail = self._log_tail(15).lower()
+        return any(marker in tail for marker in PORT_IN_USE_MARKERS)
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise ServerError(
+                    f"tritonserver exited with code {code} before it was ready; log "
+                    f"{self.log_path}:\n{self._log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.25)
+        raise ServerError(
+            f"tritonserver not ready within {self.startup_timeout_s:g} s; log {self.log_path}:\n"
+            f"{self._log_tail()}"
+        )
+
+    def metadata(self) -> dict[str, object]:
+        """The server's ``/v2`` metadata (name, version, extensions)."""
+        with urllib.request.urlopen(f"http://{self.http_url}/v2", timeout=10) as response:
+            data: dict[str, object] = json.loads(response.read())
+        return data
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.is_running():
+            code = self.process.poll() if self.process else None
+            raise ServerError(
+                f"tritonserver died (exit code {code}); log {self.log_path}:\n{self._log_tail()}"
+            )
+
+    def stop(self) -> None:
+        """Stop the server and everything in its process group; idempotent."""
+        proc = self.process
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self._signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.shutdown_timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("tritonserver ignored SIGTERM for %ss; killing", self.shutdown_timeout_s)
+        # Stubs may outlive the server's own exit: sweep the group either way.
+        self._signal_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+    def __enter__(self) -> "TritonServer":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

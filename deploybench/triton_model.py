@@ -1,0 +1,62 @@
+"""Triton python-backend model: runs the artifact beside it with onnxruntime or TorchScript.
+
+Copied into ``<repository>/<model>/1/model.py`` with ``runtime.py`` beside it. Requests that
+Triton's dynamic batcher hands over together are concatenated into one runtime call and split
+back, so batching works as it does with a native backend.
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _load_runtime_module():
+    spec = importlib.util.spec_from_file_location(
+        "deploybench_runtime", Path(__file__).with_name("runtime.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        runtime = _load_runtime_module()
+        self.served_inputs = [i["name"] for i in config["input"]]
+        self.outputs = [o["name"] for o in config["output"]]
+        self.runner = runtime.load_runner(
+            params["runtime"],
+            version_dir / params["artifact"],
+            input_names=self.served_inputs,
+            output_names=self.outputs,
+            threads=int(params.get("intra_op_threads", "0")),
+        )
+
+    def execute(self, requests):
+        try:
+            feeds = {}
+            sizes = None
+            for name in self.runner.input_names:
+                parts = [pb_utils.get_input_tensor_by_name(r, name).as_numpy() for r in requests]
+                sizes = [p.shape[0] for p in parts]
+                feeds[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            outputs = self.runner(feeds)
+        except Exception as err:  # noqa: BLE001 - reported to every client of the batch
+            error = pb_utils.TritonError(f"{type(err).__name__}: {err}")
+            return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+        bounds = np.cumsum([0, *sizes])
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor(name, np.ascontiguousarray(out[lo:hi]))
+                    for name, out in zip(self.outputs, outputs)
+                ]
+            )
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]

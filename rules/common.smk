@@ -1,0 +1,152 @@
+# Shared helpers: config validation, wildcard constraints, and what each run needs.
+# Every helper resolves the run through deploybench.config, so an unknown model/gpu/format/
+# precision or a combination the config does not allow fails while the DAG is built, with a
+# message naming the value and the valid choices.
+
+from snakemake.utils import validate
+
+from deploybench import config as dbconfig
+from deploybench.repository import serving
+
+
+validate(config, workflow.source_path("../config/schema/config.schema.yaml"))
+
+
+wildcard_constraints:
+    model=r"[a-z0-9_]+",
+    gpu=r"[A-Za-z0-9_]+",
+    format=r"[a-z0-9-]+",
+    precision=r"[a-z0-9]+",
+    export_format=r"[a-z0-9-]+",
+    export_precision=r"[a-z0-9]+",
+    artifact=r"model\.[a-z]+",
+
+
+RUN_DIR = "results/{model}/{gpu}/{format}/{precision}"
+LOG_DIR = "logs/{model}/{gpu}/{format}/{precision}"
+CHECKPOINT = "results/{model}/checkpoint/checkpoint.pt"
+EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"
+CONVERTED = RUN_DIR + "/convert/{artifact}"
+REPOSITORY = RUN_DIR + "/repository"
+RESULT_FILES = ("accuracy.csv", "offline.csv", "online.csv")
+
+
+def run_of(wildcards):
+    return dbconfig.resolve(
+        config, wildcards.model, wildcards.gpu, wildcards.format, wildcards.precision
+    )
+
+
+def in_run(pattern, run, **extra):
+    """``pattern`` filled with the run's wildcards."""
+    return pattern.format(
+        model=run.model, gpu=run.gpu, format=run.format, precision=run.precision, **extra
+    )
+
+
+def target_results():
+    """The accuracy and perf CSVs of every run listed under `targets` in the config."""
+    files = []
+    for target in config["targets"]:
+        model, gpu, fmt, precision = target.split("/")
+        run = dbconfig.resolve(config, model, gpu, fmt, precision)
+        files += [in_run(RUN_DIR, run) + f"/{name}" for name in RESULT_FILES]
+    return files
+
+
+def model_base(model):
+    """A model's settings before any gpu sizing (export and checkpoint do not depend on it)."""
+    if model not in config["models"]:
+        raise dbconfig.ConfigError(
+            f"unknown model {model!r}; valid choices: {', '.join(sorted(config['models']))}"
+        )
+    return config["models"][model]
+
+
+def model_identity(model):
+    """What defines the network: module, hyper-parameters, weights source, seed."""
+    m = model_base(model)
+    keys = ("module", "hparams", "checkpoint", "seed")
+    return {k: m.get(k) for k in keys}
+
+
+def configured_checkpoint(wildcards):
+    """The configured checkpoint file (so replacing it reruns everything), if any."""
+    source = model_base(wildcards.model).get("checkpoint")
+    return [source] if source else []
+
+
+def export_artifact(wildcards):
+    """Check that the requested export file is the one its format produces."""
+    expected = config["formats"][wildcards.export_format]["artifact"]
+    if wildcards.artifact != expected:
+        raise dbconfig.ConfigError(
+            f"export format {wildcards.export_format!r} writes {expected!r}, "
+            f"not {wildcards.artifact!r}"
+        )
+    return CHECKPOINT.format(model=wildcards.model)
+
+
+def export_of(run):
+    return EXPORT.format(
+        model=run.model,
+        export_format=run.export_format,
+        export_precision=run.export_precision,
+        artifact=config["formats"][run.export_format]["artifact"],
+    )
+
+
+def served_artifact(wildcards):
+    """The converted artifact if the run needs a conversion, else the export itself."""
+    run = run_of(wildcards)
+    if run.converter is None:
+        return export_of(run)
+    return in_run(CONVERTED, run, artifact=run.format_settings["artifact"])
+
+
+def run_info(wildcards):
+    """What identifies a run in its results and provenance."""
+    run = run_of(wildcards)
+    how = serving(run)
+    return {
+        "path": run.path,
+        "model": run.model,
+        "gpu": run.gpu,
+        "gpu_name": run.gpu_settings["name"],
+        "format": run.format,
+        "precision": run.precision,
+        "device": run.device,
+        "backend": how["backend"],
+        "runtime": how["runtime"],
+        "dataset": run.settings.get("dataset"),
+        "max_batch_size": run.settings["triton"]["max_batch_size"],
+        "model_instances": run.settings["triton"]["model_instances"],
+    }
+
+
+def repository_of(wildcards):
+    return in_run(REPOSITORY, run_of(wildcards))
+
+
+def offline_points(wildcards):
+    run = run_of(wildcards)
+    return [
+        {"batch": b, "concurrency": 1} for b in run.settings["perf"]["offline"]["batch_sizes"]
+    ]
+
+
+def online_points(wildcards):
+    batch, concurrency = dbconfig.online_grid(run_of(wildcards))
+    return [{"batch": batch, "concurrency": c} for c in concurrency]
+
+
+def measure_settings(wildcards):
+    perf = run_of(wildcards).settings["perf"]
+    return {
+        "request_count": perf["request_count"],
+        "measurement_interval_ms": perf["measurement_interval_ms"],
+        "max_retries": perf["max_retries"],
+        "retry_request_step": perf["retry_request_step"],
+        "warmup_factor": perf["warmup_factor"],
+        "timeout_s": perf["timeout_s"],
+    }

@@ -1,0 +1,16 @@
+# GPU step: TensorRT engines and fp16 artifacts are made on the GPU they run on.
+rule convert:
+    input:
+        export=lambda w: export_of(run_of(w)),
+    output:
+        artifact=CONVERTED,
+    params:
+        model=lambda w: model_identity(w.model),
+        converter=lambda w: run_of(w).converter,
+        max_batch_size=lambda w: run_of(w).settings["triton"]["max_batch_size"],
+    log:
+        LOG_DIR + "/convert/{artifact}.log",
+    resources:
+        gpu=1,
+    script:
+        "../scripts/convert.py"

@@ -1,0 +1,46 @@
+# Offline: static batching, each batch size at concurrency 1 (gRPC, system shared memory).
+# Online: dynamic batching over the concurrency sweep (HTTP). One server per job; measurement
+# jobs take every core so that nothing else runs beside a measurement.
+
+
+rule offline:
+    input:
+        repository=repository_of,
+    output:
+        csv=RUN_DIR + "/offline.csv",
+        provenance=RUN_DIR + "/offline.provenance.json",
+    params:
+        scenario="offline",
+        model=lambda w: model_identity(w.model),
+        model_name=lambda w: w.model,
+        points=offline_points,
+        measure=measure_settings,
+        server=config["server"],
+        run=run_info,
+    log:
+        job=LOG_DIR + "/offline.log",
+        server=LOG_DIR + "/offline.server.log",
+        perf=LOG_DIR + "/offline.perf_analyzer.log",
+    threads: workflow.cores
+    resources:
+        triton_server=1,
+    script:
+        "../scripts/perf.py"
+
+
+use rule offline as online with:
+    output:
+        csv=RUN_DIR + "/online.csv",
+        provenance=RUN_DIR + "/online.provenance.json",
+    params:
+        scenario="online",
+        model=lambda w: model_identity(w.model),
+        model_name=lambda w: w.model,
+        points=online_points,
+        measure=measure_settings,
+        server=config["server"],
+        run=run_info,
+    log:
+        job=LOG_DIR + "/online.log",
+        server=LOG_DIR + "/online.server.log",
+        perf=LOG_DIR + "/online.perf_analyzer.log",

@@ -1,0 +1,16 @@
+rule repository:
+    input:
+        artifact=served_artifact,
+    output:
+        repository=directory(REPOSITORY),
+    params:
+        model=lambda w: model_identity(w.model),
+        model_name=lambda w: w.model,
+        serving=lambda w: serving(run_of(w)),
+        triton=lambda w: run_of(w).settings["triton"],
+        device=lambda w: run_of(w).device,
+        artifact_name=lambda w: run_of(w).format_settings["artifact"],
+    log:
+        LOG_DIR + "/repository.log",
+    script:
+        "../scripts/repository.py"

@@ -1,0 +1,16 @@
+"""Rule `export`: the checkpoint exported to ONNX / TorchScript and checked in its runtime."""
+
+from deploybench import jobs
+
+smk = snakemake  # noqa: F821 - injected by Snakemake's script directive
+jobs.setup_logging(smk.log[0])
+jobs.export(
+    model=smk.params.model,
+    checkpoint=smk.input.checkpoint,
+    export_format=smk.wildcards.export_format,
+    precision=smk.wildcards.export_precision,
+    opset=smk.params.opset,
+    tolerance=smk.params.tolerance,
+    out=smk.output.artifact,
+    provenance_out=smk.output.provenance,
+)
