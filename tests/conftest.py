@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def base_config() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line mentions ``text`` (a test's own folder)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(text in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def run_snakemake(workdir: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        str(BIN / "snakemake"),
+        "--snakefile", str(REPO / "Snakefile"),
+        "--directory", str(workdir),
+        "--profile", str(REPO / "profiles" / "local"),
+        *args,
+    ]  # fmt: skip
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def planned_jobs(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """Rule → job count from a dry run's "Job stats" table ({} when nothing is to be done)."""
+    out = result.stdout + result.stderr
+    if "Nothing to be done" in out:
+        return {}
+    table = out.split("Job stats:", 1)[1]
+    jobs = {}
+    for line in table.splitlines()[3:]:
+        match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        if match.group(1) != "total":
+            jobs[match.group(1)] = int(match.group(2))
+    return jobs
+
+
+@pytest.fixture
+def config() -> dict[str, Any]:
+    return base_config()

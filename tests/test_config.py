@@ -1,0 +1,81 @@
+import csv
+from pathlib import Path
+
+import pytest
+
+from deploybench import config as dbc
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published.csv"
+
+
+def test_cpu_default_resolves_with_cpu_sizing(config):
+    run = dbc.resolve(config, "tft", "cpu", "onnx", "fp32")
+    assert run.device == "cpu"
+    assert run.converter is None  # the fp32 ONNX export is served as is
+    assert run.settings["triton"]["max_batch_size"] == config["sizings"]["cpu"]["tft"]["triton"]["max_batch_size"]
+    # untouched keys still come from the model
+    assert run.settings["hparams"] == config["models"]["tft"]["hparams"]
+
+
+def test_gpu_run_keeps_seed_page_values(config):
+    run = dbc.resolve(config, "tft", "A30", "trt", "fp16")
+    assert run.converter == "tensorrt"
+    assert run.export_format == "onnx" and run.export_precision == "fp32"
+    triton = run.settings["triton"]
+    assert (triton["max_batch_size"], triton["model_instances"]) == (1024, 2)
+    assert triton["preferred_batch_sizes"] == [512, 1024]
+
+
+def test_auto_online_grid_is_dles(config):
+    """DLE's grid for TFT on A30: batch 16, concurrency 8..256 by 8 (the published rows)."""
+    batch, concurrency = dbc.online_grid(dbc.resolve(config, "tft", "A30", "trt", "fp16"))
+    assert batch == 16
+    assert concurrency == list(range(8, 257, 8))
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="../shared/reference not beside the repo")
+def test_auto_online_grid_matches_published_tft_rows(config):
+    with PUBLISHED.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["model"] == "tft" and r["scenario"] == "online"
+                and r["gpu"] == "A30" and r["format"] == "trt" and r["dataset"] == "electricity"]
+    batch, concurrency = dbc.online_grid(dbc.resolve(config, "tft", "A30", "trt", "fp16"))
+    assert sorted(int(r["concurrency"]) for r in rows) == concurrency
+    assert {int(r["batch"]) for r in rows} == {batch}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("bert2", "cpu", "onnx", "fp32"), "unknown model 'bert2'; valid choices: tft"),
+        (("tft", "H100", "onnx", "fp32"), "unknown gpu 'H100'; valid choices: A100, A30, T4, V100, cpu"),
+        (("tft", "cpu", "savedmodel", "fp32"), "unknown format 'savedmodel'; valid choices: onnx, trt, ts-trace"),
+        (("tft", "cpu", "trt", "fp32"), "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, ts-trace"),
+        (("tft", "cpu", "onnx", "fp16"), "precision 'fp16' is not available for tft/cpu/onnx; valid choices: fp32"),
+        (("tft", "A30", "onnx", "int8"), "precision 'int8' is not available for tft/A30/onnx; valid choices: fp16, fp32"),
+    ],
+)
+def test_bad_runs_name_value_and_choices(config, args, message):
+    with pytest.raises(dbc.ConfigError) as err:
+        dbc.resolve(config, *args)
+    assert message in str(err.value)
+
+
+def test_batch_larger_than_max_batch_is_rejected(config):
+    config["sizings"]["cpu"]["tft"]["perf"]["offline"]["batch_sizes"] = [1, 128]
+    with pytest.raises(dbc.ConfigError, match="offline batch size 128 exceeds max_batch_size 64"):
+        dbc.resolve(config, "tft", "cpu", "onnx", "fp32")
+
+
+def test_deep_merge_replaces_lists_and_keeps_siblings():
+    base = {"a": {"b": [1, 2], "c": 1}, "d": 2}
+    merged = dbc.deep_merge(base, {"a": {"b": [3]}})
+    assert merged == {"a": {"b": [3], "c": 1}, "d": 2}
+    assert base["a"]["b"] == [1, 2]  # the input is not modified
+
+
+def test_all_runs_cover_published_tft_combinations(config):
+    runs = set(dbc.all_runs(config))
+    for gpu in ("A30", "A100", "T4", "V100"):
+        assert f"tft/{gpu}/trt/fp16" in runs
+        assert f"tft/{gpu}/ts-trace/fp16" in runs
+    assert "tft/cpu/onnx/fp32" in runs and "tft/cpu/trt/fp32" not in runs

@@ -1,0 +1,195 @@
+"""Accuracy comparison, perf_analyzer command/result handling, repository config."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deploybench import accuracy, perf
+from deploybench.convert import NeedsGPU, convert, tensorrt_command
+from deploybench.repository import build_repository, model_config
+from deploybench.tensors import TensorSpec
+
+PA_CSV = (
+    "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
+    "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,"
+    "p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait\n"
+    "1,255.716,15,809,82,51,30133,331,4,31128,36176,37249,40799,31427,19,31379\n"
+)
+
+
+def test_compare_outputs_pass_fail_and_nan():
+    ref = {"y": np.array([[1.0, 2.0], [3.0, 4.0]])}
+    tol = {"y": {"atol": 0.01, "rtol": 0.0}}
+    [ok] = accuracy.compare_outputs(ref, {"y": ref["y"] + 0.005}, tol, 2)
+    assert ok["passed"] and ok["mismatched"] == 0 and math.isclose(ok["max_abs_err"], 0.005)
+    [bad] = accuracy.compare_outputs(ref, {"y": ref["y"] + np.array([[0, 0], [0, 1.0]])}, tol, 2)
+    assert not bad["passed"] and bad["mismatched"] == 1 and bad["max_abs_err"] == 1.0
+    assert "1/4 elements outside atol=0.01" in accuracy.format_failure([bad])
+    [nan] = accuracy.compare_outputs(ref, {"y": np.full((2, 2), np.nan)}, tol, 2)
+    assert not nan["passed"] and nan["mismatched"] == 4
+
+
+def test_compare_outputs_rejects_missing_tolerance_and_shape():
+    ref = {"y": np.zeros((2, 3))}
+    with pytest.raises(ValueError, match="no tolerance configured for output 'y'"):
+        accuracy.compare_outputs(ref, ref, {"z": {"atol": 0, "rtol": 0}}, 2)
+    with pytest.raises(accuracy.AccuracyError, match="shape"):
+        accuracy.compare_outputs(ref, {"y": np.zeros((2, 2))}, {"y": {"atol": 1, "rtol": 0}}, 2)
+
+
+def test_parse_result_converts_microseconds(tmp_path):
+    path = tmp_path / "pa.csv"
+    path.write_text(PA_CSV)
+    row = perf.parse_result(path, "Client: \n    Request count: 192\n")
+    assert row["throughput"] == 255.716
+    assert row["server_compute_infer_ms"] == pytest.approx(30.133)
+    assert row["p99_latency_ms"] == pytest.approx(40.799)
+    assert row["measured_requests"] == 192
+
+
+def test_perf_command_follows_the_scenarios(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", "/opt/pa")
+    common = dict(model_name="tft", url="127.0.0.1:1", input_data=tmp_path / "d.json",
+                  request_count=500, interval_ms=5000, result_csv=tmp_path / "r.csv")
+    offline = perf.perf_command(scenario=perf.SCENARIOS["offline"], point=perf.Point(64, 1), **common)
+    assert offline[0] == "/opt/pa"
+    assert offline[offline.index("-b") + 1] == "64"
+    assert offline[offline.index("-i") + 1] == "grpc"
+    assert "--shared-memory" in offline and offline[offline.index("--shared-memory") + 1] == "system"
+    assert offline[offline.index("--concurrency-range") + 1] == "1:1:1"
+    assert offline[offline.index("--measurement-request-count") + 1] == "500"
+    online = perf.perf_command(scenario=perf.SCENARIOS["online"], point=perf.Point(16, 24), **common)
+    assert online[online.index("-i") + 1] == "http" and "--shared-memory" not in online
+    assert online[online.index("--concurrency-range") + 1] == "24:24:1"
+
+
+STAND_IN = """#!/usr/bin/env bash
+# stand-in perf_analyzer for the retry logic: unstable until the request count reaches {ok}
+count=0; out=""; stab=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --measurement-request-count) count=$2; shift;;
+    -f) out=$2; shift;;
+    --stability-percentage) stab=$2; shift;;
+  esac; shift
+done
+echo "$count $stab" >> {calls}
+if [ "$count" -lt {ok} ] && [ -z "$stab" ]; then
+  echo "Failed to obtain stable measurement within 10 measurement windows"; exit 2
+fi
+cat > "$out" <<CSV
+{csv}CSV
+"""
+
+
+def _stand_in(tmp_path, monkeypatch, ok):
+    calls = tmp_path / "calls"
+    script = tmp_path / "pa"
+    script.write_text(STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV))
+    script.chmod(0o755)
+    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
+    return calls
+
+
+def _measure(tmp_path, settings):
+    return perf.measure_point(model_name="m", url="u", scenario=perf.SCENARIOS["online"],
+                              point=perf.Point(1, 2), input_data=tmp_path / "d.json",
+                              settings=settings)
+
+
+def test_unstable_point_is_retried_with_more_requests(tmp_path, monkeypatch):
+    calls = _stand_in(tmp_path, monkeypatch, ok=150)
+    settings = perf.MeasureSettings(request_count=50, max_retries=5, retry_request_step=50)
+    row = _measure(tmp_path, settings)
+    assert row["stable"] is True and row["request_count"] == 150 and row["attempts"] == 3
+    # warm-up (2x requests, no stability check), then 50, 100, 150
+    assert calls.read_text().split("\n")[:-1] == ["100 1000", "50 ", "100 ", "150 "]
+
+
+def test_never_stable_point_is_kept_and_flagged(tmp_path, monkeypatch):
+    calls = _stand_in(tmp_path, monkeypatch, ok=10**6)
+    settings = perf.MeasureSettings(request_count=50, max_retries=1, retry_request_step=50,
+                                    warmup_factor=0)
+    row = _measure(tmp_path, settings)
+    assert row["stable"] is False and row["throughput"] == 255.716
+    assert calls.read_text().split("\n")[:-1] == ["50 ", "100 ", "100 1000"]
+
+
+def test_perf_analyzer_failure_is_an_error(tmp_path, monkeypatch):
+    script = tmp_path / "pa"
+    script.write_text("#!/bin/sh\necho 'error: failed to get model metadata'; exit 99\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
+    with pytest.raises(perf.PerfError, match="exit 99"):
+        _measure(tmp_path, perf.MeasureSettings(request_count=5, warmup_factor=0))
+
+
+def test_perf_analyzer_hang_is_killed_at_timeout(tmp_path, monkeypatch):
+    script = tmp_path / "pa"
+    script.write_text("#!/bin/sh\nsleep 60\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
+    with pytest.raises(perf.PerfError, match="hung past its timeout"):
+        _measure(tmp_path, perf.MeasureSettings(request_count=5, warmup_factor=0, timeout_s=1))
+
+
+SPECS_IN = [TensorSpec("x__0", "float32", (192, 3)), TensorSpec("c__1", "int64", (1,))]
+SPECS_OUT = [TensorSpec("y__0", "float32", (24, 3))]
+
+
+def _config(backend="python"):
+    serving = {"backend": backend, "runtime": "onnxruntime"}
+    triton = {"max_batch_size": 1024, "model_instances": 2, "preferred_batch_sizes": [512, 1024],
+              "max_queue_delay_us": 1, "intra_op_threads": 1}
+    return model_config(name="tft", serving=serving, triton=triton,
+                        device="cpu" if backend == "python" else "gpu", inputs=SPECS_IN,
+                        outputs=SPECS_OUT, artifact_name="model.onnx")
+
+
+def test_config_pbtxt_for_python_backend():
+    text = _config().to_pbtxt()
+    assert 'backend: "python"' in text and "max_batch_size: 1024" in text
+    assert '{ name: "x__0" data_type: TYPE_FP32 dims: [ 192, 3 ] }' in text
+    assert '{ name: "c__1" data_type: TYPE_INT64 dims: [ 1 ] }' in text
+    assert "instance_group [ { count: 2 kind: KIND_CPU } ]" in text
+    assert "preferred_batch_size: [ 512, 1024 ]" in text
+    assert "max_queue_delay_microseconds: 1" in text
+    assert 'key: "runtime" value: { string_value: "onnxruntime" }' in text
+
+
+def test_config_pbtxt_for_native_gpu_backend():
+    text = _config("tensorrt").to_pbtxt()
+    assert 'backend: "tensorrt"' in text and "KIND_GPU" in text and "parameters" not in text
+
+
+def test_repository_layout_and_replacement(tmp_path):
+    artifact = tmp_path / "a.onnx"
+    artifact.write_bytes(b"onnx")
+    out = tmp_path / "repository"
+    build_repository(_config(), artifact, "model.onnx", out)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "tft/1/model.onnx", "tft/1/model.py", "tft/1/runtime.py", "tft/config.pbtxt"]
+    (out / "stale").write_text("x")
+    build_repository(_config(), artifact, "model.onnx", out)  # rebuilt whole
+    assert not (out / "stale").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_tensorrt_command_has_profiles_and_precision():
+    cmd = tensorrt_command(onnx=Path("m.onnx"), plan=Path("m.plan"), precision="fp16",
+                           inputs=SPECS_IN, min_batch=1, opt_batch=512, max_batch=1024,
+                           workspace_mb=10000)
+    assert "--minShapes=x__0:1x192x3,c__1:1x1" in cmd
+    assert "--optShapes=x__0:512x192x3,c__1:512x1" in cmd
+    assert "--maxShapes=x__0:1024x192x3,c__1:1024x1" in cmd
+    assert "--fp16" in cmd and "--memPoolSize=workspace:10000M" in cmd
+
+
+def test_convert_without_gpu_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(NeedsGPU, match="needs a GPU node"):
+        convert("tensorrt", source=tmp_path / "m.onnx", out=tmp_path / "m.plan",
+                precision="fp16", inputs=SPECS_IN, max_batch=8)
+    assert not (tmp_path / "m.plan").exists()
