@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import re
 import logging
 import os
 import signal
@@ -155,11 +156,15 @@ class TritonServer:
                 raise
         raise ServerError("unreachable")  # pragma: no cover
 
-    def _log_tail(self, lines: int = 30) -> str:
+    def _log_tail(self, lines: int = 15) -> str:
+        """Triton's error lines (``E<date> ...``) and the last lines of the server log."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return "(no server log)"
+        errors = [line for line in text if re.match(r"^E\d{4} ", line)][-10:]
+        tail = [line for line in text[-lines:] if line not in errors]
+        return "\n".join(errors + tail)
 
     def _ports_were_taken(self) -> bool:
         tail = self._log_tail(15).lower()

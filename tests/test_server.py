@@ -1,0 +1,154 @@
+"""The real tritonserver (pytriton's binary, python backend) under our process management."""
+
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from deploybench import server as srv
+from tests.conftest import processes_mentioning
+
+MODEL_PY = textwrap.dedent(
+    """
+    import json, time
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            params = json.loads(args["model_config"]).get("parameters", {})
+            behaviour = params.get("behaviour", {}).get("string_value", "")
+            if behaviour == "slow":
+                time.sleep(60)
+            if behaviour == "broken":
+                raise RuntimeError("this model is broken on purpose")
+
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())]) for r in requests]
+    """
+)
+
+
+def make_repository(root: Path, behaviour: str = "") -> Path:
+    model = root / "repo" / "ident"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(MODEL_PY)
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+        f'parameters {{ key: "behaviour" value: {{ string_value: "{behaviour}" }} }}\n'
+    )
+    return root / "repo"
+
+
+def wait_no_processes(text: str, timeout: float = 20.0) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = processes_mentioning(text)
+        if not left:
+            return []
+        time.sleep(0.25)
+    return processes_mentioning(text)
+
+
+def test_server_starts_serves_and_stops(tmp_path):
+    import numpy as np
+
+    from deploybench.accuracy import infer_triton
+
+    repo = make_repository(tmp_path)
+    with srv.TritonServer(repo, tmp_path / "server.log") as server:
+        assert server.is_running()
+        assert server.metadata()["name"] == "triton"
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        out = infer_triton(server.http_url, "ident", {"x": x}, ["y"])
+        np.testing.assert_array_equal(out["y"], x)
+    assert not server.is_running()
+    assert wait_no_processes(str(repo)) == []
+    assert "--model-repository" in (tmp_path / "server.log").read_text()
+
+
+def test_broken_model_fails_start_with_its_log(tmp_path):
+    repo = make_repository(tmp_path, "broken")
+    with pytest.raises(srv.ServerError, match="exited with code") as err:
+        srv.TritonServer(repo, tmp_path / "server.log", startup_timeout_s=60).start()
+    assert "broken on purpose" in str(err.value)
+    assert wait_no_processes(str(repo)) == []
+
+
+def test_server_never_ready_times_out_and_is_stopped(tmp_path):
+    repo = make_repository(tmp_path, "slow")
+    started = time.monotonic()
+    with pytest.raises(srv.ServerError, match="not ready within 4 s"):
+        srv.TritonServer(repo, tmp_path / "server.log", startup_timeout_s=4,
+                         shutdown_timeout_s=3).start()
+    assert time.monotonic() - started < 30
+    assert wait_no_processes(str(repo)) == []
+
+
+def test_taken_ports_are_retried(tmp_path, monkeypatch):
+    """Another process holds the port we probed: the server restarts on fresh ports."""
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    taken = blocker.getsockname()[1]
+    real_free_ports = srv.free_ports
+    calls = []
+
+    def first_call_taken(count):
+        calls.append(count)
+        ports = real_free_ports(count)
+        return [taken, *ports[1:]] if len(calls) == 1 else ports
+
+    monkeypatch.setattr(srv, "free_ports", first_call_taken)
+    repo = make_repository(tmp_path)
+    try:
+        with srv.TritonServer(repo, tmp_path / "server.log") as server:
+            assert server.http_port != taken
+    finally:
+        blocker.close()
+    assert len(calls) == 2
+    assert wait_no_processes(str(repo)) == []
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from deploybench.server import TritonServer, graceful_signals
+with graceful_signals(), TritonServer(Path(sys.argv[1]), Path(sys.argv[2])):
+    print("READY", flush=True)
+    time.sleep(600)
+"""
+
+
+def start_child(tmp_path, repo):
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(repo), str(tmp_path / "s.log")],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "READY"
+    assert processes_mentioning(str(repo))  # server and its stub are up
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signalled_job_stops_its_server(tmp_path, sig):
+    repo = make_repository(tmp_path)
+    proc = start_child(tmp_path, repo)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) != 0
+    assert wait_no_processes(str(repo)) == []
+
+
+def test_killed_job_takes_its_server_down(tmp_path):
+    """SIGKILL cannot be handled: the kernel's parent-death signal stops the server."""
+    repo = make_repository(tmp_path)
+    proc = start_child(tmp_path, repo)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert wait_no_processes(str(repo), timeout=40) == []

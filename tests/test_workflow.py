@@ -1,0 +1,188 @@
+"""End to end: real Snakemake, real tritonserver, real perf_analyzer, on a tiny config."""
+
+import csv
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploybench.config import deep_merge
+from deploybench.perf import COLUMNS
+from tests.conftest import base_config, planned_jobs, processes_mentioning, run_snakemake
+
+pytestmark = pytest.mark.e2e
+
+RUN = "results/tft/cpu/onnx/fp32"
+TINY = {
+    "sizings": {
+        "cpu": {
+            "tft": {
+                "triton": {"max_batch_size": 8, "preferred_batch_sizes": [4, 8]},
+                "accuracy": {"batch_size": 4},
+                "perf": {
+                    "request_count": 20,
+                    "max_retries": 1,
+                    "warmup_factor": 1,
+                    "offline": {"batch_sizes": [1, 4]},
+                    "online": {"concurrency": [1, 2], "batch": 1},
+                },
+            }
+        }
+    }
+}
+
+
+def write_config(workdir: Path, overrides: dict) -> None:
+    (workdir / "config").mkdir(exist_ok=True)
+    config = deep_merge(base_config(), overrides)
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def write_overlay(workdir: Path, name: str, overlay: dict) -> str:
+    path = workdir / name
+    path.write_text(yaml.safe_dump(overlay))
+    return str(path)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("workflow")
+    write_config(wd, TINY)
+    result = run_snakemake(wd)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert processes_mentioning(str(wd)) == []
+    return wd
+
+
+@pytest.fixture
+def copy_of(workdir, tmp_path):
+    """A copy of the finished workdir (mtimes and Snakemake metadata kept) to break things in."""
+    copy = tmp_path / "copy"
+    shutil.copytree(workdir, copy, symlinks=True)
+    return copy
+
+
+def test_perf_csvs_have_published_columns_and_plausible_values(workdir):
+    for scenario, points in (("offline", [(1, 1), (4, 1)]), ("online", [(1, 1), (1, 2)])):
+        path = workdir / RUN / f"{scenario}.csv"
+        assert list(read_csv(path)[0]) == COLUMNS
+        rows = read_csv(path)
+        assert [(int(r["batch"]), int(r["concurrency"])) for r in rows] == points
+        for r in rows:
+            assert r["scenario"] == scenario and r["model"] == "tft" and r["gpu"] == "cpu"
+            assert float(r["throughput"]) > 0
+            p50, p90, p99 = (float(r[f"p{q}_latency_ms"]) for q in (50, 90, 99))
+            assert 0 < p50 <= p90 <= p99 < 10_000
+            assert float(r["server_compute_infer_ms"]) > 0
+            assert r["stable"] in ("True", "False")
+            assert int(r["request_count"]) >= 20
+
+
+def test_accuracy_csv_passes(workdir):
+    [row] = read_csv(workdir / RUN / "accuracy.csv")
+    assert row["output"] == "target__0" and row["passed"] == "True" and row["batch"] == "4"
+    assert float(row["max_abs_err"]) <= float(row["atol"]) + 1e-3
+
+
+def test_results_have_provenance(workdir):
+    for name in ("accuracy", "offline", "online"):
+        prov = json.loads((workdir / RUN / f"{name}.provenance.json").read_text())
+        assert prov["config"]["backend"] == "python" and prov["config"]["runtime"] == "onnxruntime"
+        assert prov["software"]["torch"].startswith("2.13")
+        assert prov["tritonserver"]["version"]
+        assert prov["host"]["cpu_count"] >= 1 and prov["container"]["runtime"] == "native venv"
+        assert "commit" in prov["git"]
+    offline = json.loads((workdir / RUN / "offline.provenance.json").read_text())
+    assert offline["config"]["points"] == [{"batch": 1, "concurrency": 1}, {"batch": 4, "concurrency": 1}]
+
+
+def test_repository_config_comes_from_config(workdir):
+    text = (workdir / RUN / "repository" / "tft" / "config.pbtxt").read_text()
+    assert "max_batch_size: 8" in text and "preferred_batch_size: [ 4, 8 ]" in text
+    assert 'string_value: "onnxruntime"' in text
+
+
+def test_second_run_schedules_nothing(workdir):
+    assert planned_jobs(run_snakemake(workdir, "-n")) == {}
+
+
+def test_online_only_change_reruns_only_online(workdir):
+    overlay = write_overlay(workdir, "online.yaml", {"sizings": {"cpu": {"tft": {"perf": {
+        "online": {"concurrency": [1, 3]}}}}}})
+    result = run_snakemake(workdir, "-n", "--configfile", overlay)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert planned_jobs(result) == {"online": 1, "all": 1}
+
+
+def test_touching_checkpoint_reruns_export_and_downstream(copy_of):
+    checkpoint = copy_of / "results/tft/checkpoint/checkpoint.pt"
+    later = time.time() + 5
+    os.utime(checkpoint, (later, later))
+    jobs = planned_jobs(run_snakemake(copy_of, "-n"))
+    assert jobs == {"export": 1, "repository": 1, "accuracy": 1, "offline": 1, "online": 1, "all": 1}
+
+
+def test_accuracy_miss_fails_and_leaves_no_server(copy_of):
+    overlay = write_overlay(copy_of, "strict.yaml", {"sizings": {"cpu": {"tft": {"accuracy": {
+        "tolerance": {"target__0": {"atol": 0.0, "rtol": 0.0}}}}}}})
+    result = run_snakemake(copy_of, f"{RUN}/accuracy.csv", "--configfile", overlay)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "Triton's output differs from the framework" in out
+    assert not (copy_of / RUN / "accuracy.csv").exists()  # no stale or partial result
+    assert processes_mentioning(str(copy_of)) == []
+
+
+def test_gpu_conversion_here_says_it_needs_a_gpu(copy_of):
+    result = run_snakemake(copy_of, "results/tft/A30/trt/fp16/convert/model.plan")
+    assert result.returncode != 0
+    assert "needs a GPU node" in result.stdout + result.stderr
+    assert not (copy_of / "results/tft/A30/trt/fp16/convert/model.plan").exists()
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("fresh")
+    write_config(wd, TINY)
+    return wd
+
+
+def test_gpu_target_resolves_full_chain(fresh):
+    result = run_snakemake(fresh, "-n", "results/tft/A30/trt/fp16/online.csv")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert planned_jobs(result) == {"prepare_checkpoint": 1, "export": 1, "convert": 1,
+                                    "repository": 1, "online": 1}
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("results/bert9/cpu/onnx/fp32/online.csv", "unknown model 'bert9'; valid choices: tft"),
+        ("results/tft/H100/onnx/fp32/online.csv", "unknown gpu 'H100'; valid choices:"),
+        ("results/tft/cpu/tflite/fp32/offline.csv", "unknown format 'tflite'; valid choices:"),
+        ("results/tft/cpu/onnx/fp64/accuracy.csv", "precision 'fp64' is not available for tft/cpu/onnx; valid choices: fp32"),
+        ("results/tft/cpu/trt/fp32/online.csv", "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, ts-trace"),
+    ],
+)
+def test_bad_targets_fail_at_dag_time(fresh, target, message):
+    result = run_snakemake(fresh, "-n", target)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert not (fresh / "results").exists()
+
+
+def test_hostile_wildcards_never_reach_a_job(fresh):
+    for target in ["results/tft;touch${IFS}pwned/cpu/onnx/fp32/online.csv",
+                   "results/tft/cpu/onnx/fp32$(touch pwned)/online.csv"]:
+        result = run_snakemake(fresh, "-n", target)
+        assert result.returncode != 0
+    assert not (fresh / "pwned").exists() and not (fresh / "results").exists()
