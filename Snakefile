@@ -19,6 +19,6 @@ include: "rules/perf.smk"
 
 
 rule all:
+    default_target: True
     input:
         target_results(),
-    default_target: True

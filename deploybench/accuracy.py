@@ -85,7 +85,7 @@ def infer_triton(
     timeout_s: float = 120.0,
 ) -> dict[str, np.ndarray]:
     """One inference over HTTP."""
-    import tritonclient.http as httpclient  # noqa: PLC0415 - client only needed here
+    import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(
         url, connection_timeout=timeout_s, network_timeout=timeout_s
@@ -93,7 +93,9 @@ def infer_triton(
     try:
         inputs = []
         for name, array in feeds.items():
-            tensor = httpclient.InferInput(name, list(array.shape), NUMPY_TO_TRITON[str(array.dtype)])
+            tensor = httpclient.InferInput(
+                name, list(array.shape), NUMPY_TO_TRITON[str(array.dtype)]
+            )
             tensor.set_data_from_numpy(array, binary_data=True)
             inputs.append(tensor)
         outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in output_names]

@@ -62,10 +62,15 @@ def resolve_checkpoint_file(path: str | Path) -> Path:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     file = resolve_checkpoint_file(path)
     try:
-        data = torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        # A DLE checkpoint pickles its config class; read it without importing DLE's code.
-        data = torch.load(file, map_location="cpu", weights_only=False, pickle_module=_LenientPickle)
+        try:
+            data = torch.load(file, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            # A DLE checkpoint pickles its config class; read it without importing DLE's code.
+            data = torch.load(
+                file, map_location="cpu", weights_only=False, pickle_module=_LenientPickle
+            )
+    except Exception as err:  # noqa: BLE001 - truncated/corrupt files fail in many ways
+        raise ValueError(f"{file}: not a readable checkpoint ({type(err).__name__}: {err})") from err
     if not isinstance(data, dict) or "model" not in data:
         raise ValueError(f"{file}: not a DLE-layout checkpoint (a dict with a 'model' state dict)")
     return data
@@ -79,9 +84,7 @@ def write_seeded_checkpoint(family: ModelFamily, seed: int, out: str | Path) -> 
         tmp.write_bytes(buffer.getvalue())
 
 
-def prepare_checkpoint(
-    family: ModelFamily, source: str | None, seed: int, out: str | Path
-) -> str:
+def prepare_checkpoint(family: ModelFamily, source: str | None, seed: int, out: str | Path) -> str:
     """Materialise the run's checkpoint at ``out``; returns a description of its origin."""
     if source:
         data = load_checkpoint(source)

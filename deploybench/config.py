@@ -22,7 +22,9 @@ class ConfigError(ValueError):
 def _choose(kind: str, value: str, valid: list[str] | dict[str, Any], context: str = "") -> None:
     if value not in valid:
         where = f" {context}" if context else ""
-        raise ConfigError(f"unknown {kind} {value!r}{where}; valid choices: {', '.join(sorted(valid))}")
+        raise ConfigError(
+            f"unknown {kind} {value!r}{where}; valid choices: {', '.join(sorted(valid))}"
+        )
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +126,9 @@ def check_sizes(run: Run) -> None:
     where = f"for {run.path}"
     for b in triton["preferred_batch_sizes"]:
         if b > max_batch:
-            raise ConfigError(f"preferred batch size {b} exceeds max_batch_size {max_batch} {where}")
+            raise ConfigError(
+                f"preferred batch size {b} exceeds max_batch_size {max_batch} {where}"
+            )
     for b in run.settings["perf"]["offline"]["batch_sizes"]:
         if b > max_batch:
             raise ConfigError(f"offline batch size {b} exceeds max_batch_size {max_batch} {where}")

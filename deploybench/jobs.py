@@ -34,7 +34,7 @@ def setup_logging(path: str | Path | None) -> None:
 
 
 def make_checkpoint(*, model: dict[str, Any], out: str, provenance_out: str) -> None:
-    from .checkpoint import prepare_checkpoint  # noqa: PLC0415 - imports torch
+    from .checkpoint import prepare_checkpoint
 
     family = load_family(model["module"], model["hparams"])
     origin = prepare_checkpoint(family, model.get("checkpoint"), int(model["seed"]), out)
@@ -53,8 +53,8 @@ def export(
     out: str,
     provenance_out: str,
 ) -> None:
-    from .checkpoint import load_checkpoint  # noqa: PLC0415 - imports torch
-    from .export import export_model  # noqa: PLC0415
+    from .checkpoint import load_checkpoint
+    from .export import export_model
 
     family = load_family(model["module"], model["hparams"])
     report = export_model(
@@ -67,7 +67,12 @@ def export(
         tolerance=tolerance,
     )
     log.info("exported %s; runtime check: %s", out, report)
-    config = {"model": model, "export_format": export_format, "precision": precision, "opset": opset}
+    config = {
+        "model": model,
+        "export_format": export_format,
+        "precision": precision,
+        "opset": opset,
+    }
     write_json(provenance_out, provenance.collect(out, config, verification=report))
 
 
@@ -82,7 +87,7 @@ def repository(
     artifact_name: str,
     out: str,
 ) -> None:
-    from .repository import build_repository, model_config  # noqa: PLC0415
+    from .repository import build_repository, model_config
 
     family = load_family(model["module"], model["hparams"])
     config = model_config(
@@ -99,7 +104,7 @@ def repository(
 
 
 def _server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Any:
-    from .server import TritonServer  # noqa: PLC0415
+    from .server import TritonServer
 
     return TritonServer(
         Path(repo),
@@ -122,12 +127,12 @@ def accuracy(
     provenance_out: str,
     server_log: str,
 ) -> None:
-    import torch  # noqa: PLC0415
+    import torch
 
     from .accuracy import COLUMNS, AccuracyError, compare_outputs, format_failure, infer_triton
-    from .checkpoint import load_checkpoint  # noqa: PLC0415
-    from .io import atomic_path  # noqa: PLC0415
-    from .server import graceful_signals  # noqa: PLC0415
+    from .checkpoint import load_checkpoint
+    from .io import atomic_path
+    from .server import graceful_signals
 
     family = load_family(model["module"], model["hparams"])
     batch = int(settings["batch_size"])
@@ -173,7 +178,7 @@ def perf(
     server_log: str,
     perf_log: str,
 ) -> None:
-    from .perf import (  # noqa: PLC0415
+    from .perf import (
         SCENARIOS,
         MeasureSettings,
         Point,
@@ -181,7 +186,7 @@ def perf(
         write_input_data,
         write_rows,
     )
-    from .server import graceful_signals  # noqa: PLC0415
+    from .server import graceful_signals
 
     family = load_family(model["module"], model["hparams"])
     settings = MeasureSettings(**measure)
@@ -205,8 +210,13 @@ def perf(
                     check_server=server.check_alive,
                 )
                 log.info("%s %s: %s", scenario, point, row)
-                rows.append({**{k: run[k] for k in ("model", "gpu", "format", "precision")},
-                             "scenario": scenario, **row})
+                rows.append(
+                    {
+                        **{k: run[k] for k in ("model", "gpu", "format", "precision")},
+                        "scenario": scenario,
+                        **row,
+                    }
+                )
     write_rows(rows, Path(out))
     config = {"scenario": scenario, "points": points, "measure": measure, **run}
     write_json(provenance_out, provenance.collect(out, config, tritonserver=server_info))

@@ -18,9 +18,10 @@ import re
 import signal
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -260,7 +261,7 @@ def _row(
 
 
 def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
-    from .io import atomic_path  # noqa: PLC0415
+    from .io import atomic_path
 
     with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)

@@ -37,7 +37,7 @@ def package_versions() -> dict[str, str | None]:
 
 def perf_analyzer_version() -> str | None:
     """The tritonclient wheel that shipped the perf_analyzer binary in use."""
-    from . import tools  # noqa: PLC0415
+    from . import tools
 
     try:
         binary = tools.perf_analyzer_binary()
@@ -125,7 +125,7 @@ def collect(result: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]
     """Everything that describes how ``result`` was produced."""
     return {
         "result": result,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "software": package_versions(),
         "perf_analyzer": perf_analyzer_version(),

@@ -28,15 +28,13 @@ class Runner:
 
 class OnnxRuntimeRunner(Runner):
     def __init__(self, path: Path, threads: int) -> None:
-        import onnxruntime as ort  # noqa: PLC0415 - only this runtime needs it
+        import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads  # 0: onnxruntime picks (one per core)
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.session = ort.InferenceSession(
-            str(path), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         # ONNX export drops inputs the graph does not use; feed only what it declares.
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -52,7 +50,7 @@ class TorchScriptRunner(Runner):
     def __init__(
         self, path: Path, threads: int, input_names: Sequence[str], output_names: Sequence[str]
     ) -> None:
-        import torch  # noqa: PLC0415 - only this runtime needs it
+        import torch
 
         if threads:
             torch.set_num_threads(threads)

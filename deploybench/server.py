@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
-import re
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Self
 
 from . import tools
 
@@ -122,7 +123,7 @@ class TritonServer:
             cmd.append(f"--backend-directory={backends}")
         return cmd + list(self.extra_args)
 
-    def start(self) -> "TritonServer":
+    def start(self) -> Self:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         for attempt in range(1, self.start_attempts + 1):
             self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
@@ -137,20 +138,24 @@ class TritonServer:
                     stdin=subprocess.DEVNULL,
                     env=tools.server_environment(),
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads yet; only prctl
                 )
             try:
                 self._wait_ready()
-                log.info("tritonserver ready (pid %d, http %d, grpc %d)",
-                         self.process.pid, self.http_port, self.grpc_port)
+                log.info(
+                    "tritonserver ready (pid %d, http %d, grpc %d)",
+                    self.process.pid,
+                    self.http_port,
+                    self.grpc_port,
+                )
                 return self
-            except ServerError as err:
+            except ServerError:
                 self.stop()
                 # Another process may have taken a port between our probe and the bind: retry.
                 if attempt < self.start_attempts and self._ports_were_taken():
                     log.warning("ports taken (attempt %d), retrying on new ports", attempt)
                     continue
-                raise err
+                raise
             except BaseException:
                 self.stop()
                 raise
@@ -219,7 +224,9 @@ class TritonServer:
             try:
                 proc.wait(timeout=self.shutdown_timeout_s)
             except subprocess.TimeoutExpired:
-                log.warning("tritonserver ignored SIGTERM for %ss; killing", self.shutdown_timeout_s)
+                log.warning(
+                    "tritonserver ignored SIGTERM for %ss; killing", self.shutdown_timeout_s
+                )
         # Stubs may outlive the server's own exit: sweep the group either way.
         self._signal_group(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -230,7 +237,7 @@ class TritonServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

@@ -21,7 +21,7 @@ class ToolNotFound(RuntimeError):
 
 def _pytriton_root() -> Path | None:
     try:
-        import pytriton  # noqa: PLC0415 - optional: absent in NGC containers
+        import pytriton
     except ImportError:
         return None
     root = Path(pytriton.__file__).parent / "tritonserver"
@@ -100,9 +100,9 @@ def perf_analyzer_environment() -> dict[str, str]:
     env = dict(os.environ)
     extra = []
     try:
-        import nvidia.cuda_runtime  # noqa: PLC0415 - optional outside the CPU venv
+        import nvidia.cuda_runtime
 
-        extra.append(str(Path(list(nvidia.cuda_runtime.__path__)[0]) / "lib"))
+        extra.append(str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"))
     except ImportError:
         pass
     env["LD_LIBRARY_PATH"] = os.pathsep.join(

@@ -6,6 +6,7 @@ back, so batching works as it does with a native backend.
 """
 
 import importlib.util
+import itertools
 import json
 from pathlib import Path
 
@@ -58,5 +59,5 @@ class TritonPythonModel:
                     for name, out in zip(self.outputs, outputs)
                 ]
             )
-            for lo, hi in zip(bounds[:-1], bounds[1:])
+            for lo, hi in itertools.pairwise(bounds)
         ]

@@ -3,18 +3,20 @@ rule accuracy:
         repository=repository_of,
         checkpoint=lambda w: CHECKPOINT.format(model=w.model),
     output:
-        csv=RUN_DIR + "/accuracy.csv",
-        provenance=RUN_DIR + "/accuracy.provenance.json",
+        csv=f"{RUN_DIR}/accuracy.csv",
+        provenance=f"{RUN_DIR}/accuracy.provenance.json",
+    log:
+        job=f"{LOG_DIR}/accuracy.log",
+        server=f"{LOG_DIR}/accuracy.server.log",
+    container:
+        image("triton")
+    resources:
+        triton_server=1,
     params:
         model=lambda w: model_identity(w.model),
         model_name=lambda w: w.model,
         accuracy=lambda w: run_of(w).settings["accuracy"],
         server=config["server"],
         run=run_info,
-    log:
-        job=LOG_DIR + "/accuracy.log",
-        server=LOG_DIR + "/accuracy.server.log",
-    resources:
-        triton_server=1,
     script:
         "../scripts/accuracy.py"

@@ -4,11 +4,13 @@ rule prepare_checkpoint:
     output:
         checkpoint=CHECKPOINT,
         provenance="results/{model}/checkpoint/checkpoint.provenance.json",
-    params:
-        model=lambda w: model_identity(w.model),
     log:
         "logs/{model}/checkpoint.log",
+    container:
+        image("framework")
     resources:
         mem_mb=lambda w: model_base(w.model)["export"]["mem_mb"],
+    params:
+        model=lambda w: model_identity(w.model),
     script:
         "../scripts/checkpoint.py"

@@ -8,7 +8,6 @@ from snakemake.utils import validate
 from deploybench import config as dbconfig
 from deploybench.repository import serving
 
-
 validate(config, workflow.source_path("../config/schema/config.schema.yaml"))
 
 
@@ -26,8 +25,8 @@ RUN_DIR = "results/{model}/{gpu}/{format}/{precision}"
 LOG_DIR = "logs/{model}/{gpu}/{format}/{precision}"
 CHECKPOINT = "results/{model}/checkpoint/checkpoint.pt"
 EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"
-CONVERTED = RUN_DIR + "/convert/{artifact}"
-REPOSITORY = RUN_DIR + "/repository"
+CONVERTED = f"{RUN_DIR}/convert/{{artifact}}"
+REPOSITORY = f"{RUN_DIR}/repository"
 RESULT_FILES = ("accuracy.csv", "offline.csv", "online.csv")
 
 
@@ -40,7 +39,11 @@ def run_of(wildcards):
 def in_run(pattern, run, **extra):
     """``pattern`` filled with the run's wildcards."""
     return pattern.format(
-        model=run.model, gpu=run.gpu, format=run.format, precision=run.precision, **extra
+        model=run.model,
+        gpu=run.gpu,
+        format=run.format,
+        precision=run.precision,
+        **extra,
     )
 
 
@@ -50,7 +53,7 @@ def target_results():
     for target in config["targets"]:
         model, gpu, fmt, precision = target.split("/")
         run = dbconfig.resolve(config, model, gpu, fmt, precision)
-        files += [in_run(RUN_DIR, run) + f"/{name}" for name in RESULT_FILES]
+        files += [f"{in_run(RUN_DIR, run)}/{name}" for name in RESULT_FILES]
     return files
 
 
@@ -68,6 +71,11 @@ def model_identity(model):
     m = model_base(model)
     keys = ("module", "hparams", "checkpoint", "seed")
     return {k: m.get(k) for k in keys}
+
+
+def image(role):
+    """The pinned container image of ``role`` (framework | triton | client) for a model."""
+    return lambda wildcards: model_base(wildcards.model)["containers"][role]
 
 
 def configured_checkpoint(wildcards):
@@ -131,7 +139,8 @@ def repository_of(wildcards):
 def offline_points(wildcards):
     run = run_of(wildcards)
     return [
-        {"batch": b, "concurrency": 1} for b in run.settings["perf"]["offline"]["batch_sizes"]
+        {"batch": b, "concurrency": 1}
+        for b in run.settings["perf"]["offline"]["batch_sizes"]
     ]
 
 

@@ -4,13 +4,15 @@ rule convert:
         export=lambda w: export_of(run_of(w)),
     output:
         artifact=CONVERTED,
+    log:
+        f"{LOG_DIR}/convert/{{artifact}}.log",
+    container:
+        image("framework")
+    resources:
+        gpu=1,
     params:
         model=lambda w: model_identity(w.model),
         converter=lambda w: run_of(w).converter,
         max_batch_size=lambda w: run_of(w).settings["triton"]["max_batch_size"],
-    log:
-        LOG_DIR + "/convert/{artifact}.log",
-    resources:
-        gpu=1,
     script:
         "../scripts/convert.py"

@@ -7,8 +7,17 @@ rule offline:
     input:
         repository=repository_of,
     output:
-        csv=RUN_DIR + "/offline.csv",
-        provenance=RUN_DIR + "/offline.provenance.json",
+        csv=f"{RUN_DIR}/offline.csv",
+        provenance=f"{RUN_DIR}/offline.provenance.json",
+    log:
+        job=f"{LOG_DIR}/offline.log",
+        server=f"{LOG_DIR}/offline.server.log",
+        perf=f"{LOG_DIR}/offline.perf_analyzer.log",
+    container:
+        image("triton")
+    threads: workflow.cores
+    resources:
+        triton_server=1,
     params:
         scenario="offline",
         model=lambda w: model_identity(w.model),
@@ -17,21 +26,18 @@ rule offline:
         measure=measure_settings,
         server=config["server"],
         run=run_info,
-    log:
-        job=LOG_DIR + "/offline.log",
-        server=LOG_DIR + "/offline.server.log",
-        perf=LOG_DIR + "/offline.perf_analyzer.log",
-    threads: workflow.cores
-    resources:
-        triton_server=1,
     script:
         "../scripts/perf.py"
 
 
 use rule offline as online with:
     output:
-        csv=RUN_DIR + "/online.csv",
-        provenance=RUN_DIR + "/online.provenance.json",
+        csv=f"{RUN_DIR}/online.csv",
+        provenance=f"{RUN_DIR}/online.provenance.json",
+    log:
+        job=f"{LOG_DIR}/online.log",
+        server=f"{LOG_DIR}/online.server.log",
+        perf=f"{LOG_DIR}/online.perf_analyzer.log",
     params:
         scenario="online",
         model=lambda w: model_identity(w.model),
@@ -40,7 +46,3 @@ use rule offline as online with:
         measure=measure_settings,
         server=config["server"],
         run=run_info,
-    log:
-        job=LOG_DIR + "/online.log",
-        server=LOG_DIR + "/online.server.log",
-        perf=LOG_DIR + "/online.perf_analyzer.log",

@@ -3,6 +3,10 @@ rule repository:
         artifact=served_artifact,
     output:
         repository=directory(REPOSITORY),
+    log:
+        f"{LOG_DIR}/repository.log",
+    container:
+        image("framework")
     params:
         model=lambda w: model_identity(w.model),
         model_name=lambda w: w.model,
@@ -10,7 +14,5 @@ rule repository:
         triton=lambda w: run_of(w).settings["triton"],
         device=lambda w: run_of(w).device,
         artifact_name=lambda w: run_of(w).format_settings["artifact"],
-    log:
-        LOG_DIR + "/repository.log",
     script:
         "../scripts/repository.py"

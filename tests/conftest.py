@@ -33,7 +33,9 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
-def run_snakemake(workdir: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run_snakemake(
+    workdir: Path, *args: str, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     cmd = [
         str(BIN / "snakemake"),
         "--snakefile", str(REPO / "Snakefile"),
@@ -42,7 +44,9 @@ def run_snakemake(workdir: Path, *args: str, timeout: float = 900) -> subprocess
         *args,
     ]  # fmt: skip
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
 
 
 def planned_jobs(result: subprocess.CompletedProcess[str]) -> dict[str, int]:

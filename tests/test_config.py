@@ -12,7 +12,10 @@ def test_cpu_default_resolves_with_cpu_sizing(config):
     run = dbc.resolve(config, "tft", "cpu", "onnx", "fp32")
     assert run.device == "cpu"
     assert run.converter is None  # the fp32 ONNX export is served as is
-    assert run.settings["triton"]["max_batch_size"] == config["sizings"]["cpu"]["tft"]["triton"]["max_batch_size"]
+    assert (
+        run.settings["triton"]["max_batch_size"]
+        == config["sizings"]["cpu"]["tft"]["triton"]["max_batch_size"]
+    )
     # untouched keys still come from the model
     assert run.settings["hparams"] == config["models"]["tft"]["hparams"]
 
@@ -36,8 +39,15 @@ def test_auto_online_grid_is_dles(config):
 @pytest.mark.skipif(not PUBLISHED.exists(), reason="../shared/reference not beside the repo")
 def test_auto_online_grid_matches_published_tft_rows(config):
     with PUBLISHED.open() as f:
-        rows = [r for r in csv.DictReader(f) if r["model"] == "tft" and r["scenario"] == "online"
-                and r["gpu"] == "A30" and r["format"] == "trt" and r["dataset"] == "electricity"]
+        rows = [
+            r
+            for r in csv.DictReader(f)
+            if r["model"] == "tft"
+            and r["scenario"] == "online"
+            and r["gpu"] == "A30"
+            and r["format"] == "trt"
+            and r["dataset"] == "electricity"
+        ]
     batch, concurrency = dbc.online_grid(dbc.resolve(config, "tft", "A30", "trt", "fp16"))
     assert sorted(int(r["concurrency"]) for r in rows) == concurrency
     assert {int(r["batch"]) for r in rows} == {batch}
@@ -47,11 +57,26 @@ def test_auto_online_grid_matches_published_tft_rows(config):
     ("args", "message"),
     [
         (("bert2", "cpu", "onnx", "fp32"), "unknown model 'bert2'; valid choices: tft"),
-        (("tft", "H100", "onnx", "fp32"), "unknown gpu 'H100'; valid choices: A100, A30, T4, V100, cpu"),
-        (("tft", "cpu", "savedmodel", "fp32"), "unknown format 'savedmodel'; valid choices: onnx, trt, ts-trace"),
-        (("tft", "cpu", "trt", "fp32"), "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, ts-trace"),
-        (("tft", "cpu", "onnx", "fp16"), "precision 'fp16' is not available for tft/cpu/onnx; valid choices: fp32"),
-        (("tft", "A30", "onnx", "int8"), "precision 'int8' is not available for tft/A30/onnx; valid choices: fp16, fp32"),
+        (
+            ("tft", "H100", "onnx", "fp32"),
+            "unknown gpu 'H100'; valid choices: A100, A30, T4, V100, cpu",
+        ),
+        (
+            ("tft", "cpu", "savedmodel", "fp32"),
+            "unknown format 'savedmodel'; valid choices: onnx, trt, ts-trace",
+        ),
+        (
+            ("tft", "cpu", "trt", "fp32"),
+            "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, ts-trace",
+        ),
+        (
+            ("tft", "cpu", "onnx", "fp16"),
+            "precision 'fp16' is not available for tft/cpu/onnx; valid choices: fp32",
+        ),
+        (
+            ("tft", "A30", "onnx", "int8"),
+            "precision 'int8' is not available for tft/A30/onnx; valid choices: fp16, fp32",
+        ),
     ],
 )
 def test_bad_runs_name_value_and_choices(config, args, message):

@@ -41,7 +41,7 @@ def make_repository(root: Path, behaviour: str = "") -> Path:
         'backend: "python"\nmax_batch_size: 8\n'
         'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
         f'parameters {{ key: "behaviour" value: {{ string_value: "{behaviour}" }} }}\n'
     )
     return root / "repo"
@@ -86,8 +86,9 @@ def test_server_never_ready_times_out_and_is_stopped(tmp_path):
     repo = make_repository(tmp_path, "slow")
     started = time.monotonic()
     with pytest.raises(srv.ServerError, match="not ready within 4 s"):
-        srv.TritonServer(repo, tmp_path / "server.log", startup_timeout_s=4,
-                         shutdown_timeout_s=3).start()
+        srv.TritonServer(
+            repo, tmp_path / "server.log", startup_timeout_s=4, shutdown_timeout_s=3
+        ).start()
     assert time.monotonic() - started < 30
     assert wait_no_processes(str(repo)) == []
 
@@ -129,8 +130,11 @@ with graceful_signals(), TritonServer(Path(sys.argv[1]), Path(sys.argv[2])):
 
 
 def start_child(tmp_path, repo):
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(repo), str(tmp_path / "s.log")],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(repo), str(tmp_path / "s.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "READY"
     assert processes_mentioning(str(repo))  # server and its stub are up
     return proc

@@ -22,8 +22,16 @@ def family():
 
 def test_electricity_signature_is_dles(family):
     names = [s.name for s in family.inputs]
-    assert names == ["s_cat__0", "s_cont__1", "k_cat__2", "k_cont__3", "o_cat__4", "o_cont__5",
-                     "target__6", "id__7"]
+    assert names == [
+        "s_cat__0",
+        "s_cont__1",
+        "k_cat__2",
+        "k_cont__3",
+        "o_cat__4",
+        "o_cont__5",
+        "target__6",
+        "id__7",
+    ]
     shapes = {s.name: s.shape for s in family.inputs}
     assert shapes["k_cont__3"] == (192, 3) and shapes["target__6"] == (192, 1)
     assert shapes["s_cont__1"] == (1,)  # absent group: one column
@@ -91,7 +99,9 @@ def test_dle_checkpoint_with_foreign_config_class_loads(family, tmp_path):
         state = family.init_state(5)
         folder = tmp_path / "electricity_bin"
         folder.mkdir()
-        torch.save({"model": state["model"], "config": ElectricityConfig()}, folder / "checkpoint.pt")
+        torch.save(
+            {"model": state["model"], "config": ElectricityConfig()}, folder / "checkpoint.pt"
+        )
     finally:
         del sys.modules["configuration"]
     loaded = load_checkpoint(folder)  # a DLE checkpoint directory
@@ -104,13 +114,27 @@ def test_dle_checkpoint_with_foreign_config_class_loads(family, tmp_path):
 def test_checkpoint_errors_are_clear(family, tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         load_checkpoint(tmp_path / "missing")
-    small = load_family("tft", {"static_categorical_inp_lens": [10],
-                                "temporal_known_continuous_inp_size": 3, "hidden_size": 16})
+    small = load_family(
+        "tft",
+        {
+            "static_categorical_inp_lens": [10],
+            "temporal_known_continuous_inp_size": 3,
+            "hidden_size": 16,
+        },
+    )
     with pytest.raises(ValueError, match="does not fit the configured TFT hyper-parameters"):
         family.serving_module(small.init_state(0))
     (tmp_path / "junk.pt").write_bytes(pickle.dumps([1, 2]))
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
         load_checkpoint(tmp_path / "junk.pt")
+    write_seeded_checkpoint(family, 0, tmp_path / "whole.pt")
+    data = (tmp_path / "whole.pt").read_bytes()
+    (tmp_path / "truncated.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(tmp_path / "truncated.pt")
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(ValueError, match="not a DLE-layout checkpoint"):
+        load_checkpoint(tmp_path / "list.pt")
 
 
 @pytest.mark.parametrize(("fmt", "runtime"), [("onnx", "onnxruntime"), ("ts-trace", "torchscript")])
@@ -119,8 +143,9 @@ def test_export_loads_in_runtime_and_matches(family, tmp_path, fmt, runtime):
     out = tmp_path / f"model.{fmt}"
     report = export_model(family, family.init_state(0), fmt, "fp32", out, tolerance=tolerance)
     assert report["runtime"] == runtime and all(c["passed"] for c in report["checks"])
-    runner = load_runner(runtime, out, input_names=[s.name for s in family.inputs],
-                         output_names=["target__0"])
+    runner = load_runner(
+        runtime, out, input_names=[s.name for s in family.inputs], output_names=["target__0"]
+    )
     feeds = family.example_inputs(5, seed=11)  # a batch size the export never saw
     model = family.serving_module(family.init_state(0))
     with torch.no_grad():
@@ -130,6 +155,8 @@ def test_export_loads_in_runtime_and_matches(family, tmp_path, fmt, runtime):
 
 
 def test_export_rejects_bad_format_without_output(family, tmp_path):
-    with pytest.raises(ValueError, match="unknown export format 'tflite'; valid choices: onnx, ts-trace"):
+    with pytest.raises(
+        ValueError, match="unknown export format 'tflite'; valid choices: onnx, ts-trace"
+    ):
         export_model(family, family.init_state(0), "tflite", "fp32", tmp_path / "m", tolerance={})
     assert not any(tmp_path.iterdir())

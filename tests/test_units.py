@@ -51,16 +51,28 @@ def test_parse_result_converts_microseconds(tmp_path):
 
 def test_perf_command_follows_the_scenarios(tmp_path, monkeypatch):
     monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", "/opt/pa")
-    common = dict(model_name="tft", url="127.0.0.1:1", input_data=tmp_path / "d.json",
-                  request_count=500, interval_ms=5000, result_csv=tmp_path / "r.csv")
-    offline = perf.perf_command(scenario=perf.SCENARIOS["offline"], point=perf.Point(64, 1), **common)
+    common = {
+        "model_name": "tft",
+        "url": "127.0.0.1:1",
+        "input_data": tmp_path / "d.json",
+        "request_count": 500,
+        "interval_ms": 5000,
+        "result_csv": tmp_path / "r.csv",
+    }
+    offline = perf.perf_command(
+        scenario=perf.SCENARIOS["offline"], point=perf.Point(64, 1), **common
+    )
     assert offline[0] == "/opt/pa"
     assert offline[offline.index("-b") + 1] == "64"
     assert offline[offline.index("-i") + 1] == "grpc"
-    assert "--shared-memory" in offline and offline[offline.index("--shared-memory") + 1] == "system"
+    assert (
+        "--shared-memory" in offline and offline[offline.index("--shared-memory") + 1] == "system"
+    )
     assert offline[offline.index("--concurrency-range") + 1] == "1:1:1"
     assert offline[offline.index("--measurement-request-count") + 1] == "500"
-    online = perf.perf_command(scenario=perf.SCENARIOS["online"], point=perf.Point(16, 24), **common)
+    online = perf.perf_command(
+        scenario=perf.SCENARIOS["online"], point=perf.Point(16, 24), **common
+    )
     assert online[online.index("-i") + 1] == "http" and "--shared-memory" not in online
     assert online[online.index("--concurrency-range") + 1] == "24:24:1"
 
@@ -94,9 +106,14 @@ def _stand_in(tmp_path, monkeypatch, ok):
 
 
 def _measure(tmp_path, settings):
-    return perf.measure_point(model_name="m", url="u", scenario=perf.SCENARIOS["online"],
-                              point=perf.Point(1, 2), input_data=tmp_path / "d.json",
-                              settings=settings)
+    return perf.measure_point(
+        model_name="m",
+        url="u",
+        scenario=perf.SCENARIOS["online"],
+        point=perf.Point(1, 2),
+        input_data=tmp_path / "d.json",
+        settings=settings,
+    )
 
 
 def test_unstable_point_is_retried_with_more_requests(tmp_path, monkeypatch):
@@ -110,8 +127,9 @@ def test_unstable_point_is_retried_with_more_requests(tmp_path, monkeypatch):
 
 def test_never_stable_point_is_kept_and_flagged(tmp_path, monkeypatch):
     calls = _stand_in(tmp_path, monkeypatch, ok=10**6)
-    settings = perf.MeasureSettings(request_count=50, max_retries=1, retry_request_step=50,
-                                    warmup_factor=0)
+    settings = perf.MeasureSettings(
+        request_count=50, max_retries=1, retry_request_step=50, warmup_factor=0
+    )
     row = _measure(tmp_path, settings)
     assert row["stable"] is False and row["throughput"] == 255.716
     assert calls.read_text().split("\n")[:-1] == ["50 ", "100 ", "100 1000"]
@@ -141,11 +159,22 @@ SPECS_OUT = [TensorSpec("y__0", "float32", (24, 3))]
 
 def _config(backend="python"):
     serving = {"backend": backend, "runtime": "onnxruntime"}
-    triton = {"max_batch_size": 1024, "model_instances": 2, "preferred_batch_sizes": [512, 1024],
-              "max_queue_delay_us": 1, "intra_op_threads": 1}
-    return model_config(name="tft", serving=serving, triton=triton,
-                        device="cpu" if backend == "python" else "gpu", inputs=SPECS_IN,
-                        outputs=SPECS_OUT, artifact_name="model.onnx")
+    triton = {
+        "max_batch_size": 1024,
+        "model_instances": 2,
+        "preferred_batch_sizes": [512, 1024],
+        "max_queue_delay_us": 1,
+        "intra_op_threads": 1,
+    }
+    return model_config(
+        name="tft",
+        serving=serving,
+        triton=triton,
+        device="cpu" if backend == "python" else "gpu",
+        inputs=SPECS_IN,
+        outputs=SPECS_OUT,
+        artifact_name="model.onnx",
+    )
 
 
 def test_config_pbtxt_for_python_backend():
@@ -170,7 +199,11 @@ def test_repository_layout_and_replacement(tmp_path):
     out = tmp_path / "repository"
     build_repository(_config(), artifact, "model.onnx", out)
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
-        "tft/1/model.onnx", "tft/1/model.py", "tft/1/runtime.py", "tft/config.pbtxt"]
+        "tft/1/model.onnx",
+        "tft/1/model.py",
+        "tft/1/runtime.py",
+        "tft/config.pbtxt",
+    ]
     (out / "stale").write_text("x")
     build_repository(_config(), artifact, "model.onnx", out)  # rebuilt whole
     assert not (out / "stale").exists()
@@ -178,9 +211,16 @@ def test_repository_layout_and_replacement(tmp_path):
 
 
 def test_tensorrt_command_has_profiles_and_precision():
-    cmd = tensorrt_command(onnx=Path("m.onnx"), plan=Path("m.plan"), precision="fp16",
-                           inputs=SPECS_IN, min_batch=1, opt_batch=512, max_batch=1024,
-                           workspace_mb=10000)
+    cmd = tensorrt_command(
+        onnx=Path("m.onnx"),
+        plan=Path("m.plan"),
+        precision="fp16",
+        inputs=SPECS_IN,
+        min_batch=1,
+        opt_batch=512,
+        max_batch=1024,
+        workspace_mb=10000,
+    )
     assert "--minShapes=x__0:1x192x3,c__1:1x1" in cmd
     assert "--optShapes=x__0:512x192x3,c__1:512x1" in cmd
     assert "--maxShapes=x__0:1024x192x3,c__1:1024x1" in cmd
@@ -190,6 +230,12 @@ def test_tensorrt_command_has_profiles_and_precision():
 def test_convert_without_gpu_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(NeedsGPU, match="needs a GPU node"):
-        convert("tensorrt", source=tmp_path / "m.onnx", out=tmp_path / "m.plan",
-                precision="fp16", inputs=SPECS_IN, max_batch=8)
+        convert(
+            "tensorrt",
+            source=tmp_path / "m.onnx",
+            out=tmp_path / "m.plan",
+            precision="fp16",
+            inputs=SPECS_IN,
+            max_batch=8,
+        )
     assert not (tmp_path / "m.plan").exists()

@@ -102,7 +102,10 @@ def test_results_have_provenance(workdir):
         assert prov["host"]["cpu_count"] >= 1 and prov["container"]["runtime"] == "native venv"
         assert "commit" in prov["git"]
     offline = json.loads((workdir / RUN / "offline.provenance.json").read_text())
-    assert offline["config"]["points"] == [{"batch": 1, "concurrency": 1}, {"batch": 4, "concurrency": 1}]
+    assert offline["config"]["points"] == [
+        {"batch": 1, "concurrency": 1},
+        {"batch": 4, "concurrency": 1},
+    ]
 
 
 def test_repository_config_comes_from_config(workdir):
@@ -116,8 +119,11 @@ def test_second_run_schedules_nothing(workdir):
 
 
 def test_online_only_change_reruns_only_online(workdir):
-    overlay = write_overlay(workdir, "online.yaml", {"sizings": {"cpu": {"tft": {"perf": {
-        "online": {"concurrency": [1, 3]}}}}}})
+    overlay = write_overlay(
+        workdir,
+        "online.yaml",
+        {"sizings": {"cpu": {"tft": {"perf": {"online": {"concurrency": [1, 3]}}}}}},
+    )
     result = run_snakemake(workdir, "-n", "--configfile", overlay)
     assert result.returncode == 0, result.stderr[-3000:]
     assert planned_jobs(result) == {"online": 1, "all": 1}
@@ -128,12 +134,28 @@ def test_touching_checkpoint_reruns_export_and_downstream(copy_of):
     later = time.time() + 5
     os.utime(checkpoint, (later, later))
     jobs = planned_jobs(run_snakemake(copy_of, "-n"))
-    assert jobs == {"export": 1, "repository": 1, "accuracy": 1, "offline": 1, "online": 1, "all": 1}
+    assert jobs == {
+        "export": 1,
+        "repository": 1,
+        "accuracy": 1,
+        "offline": 1,
+        "online": 1,
+        "all": 1,
+    }
 
 
 def test_accuracy_miss_fails_and_leaves_no_server(copy_of):
-    overlay = write_overlay(copy_of, "strict.yaml", {"sizings": {"cpu": {"tft": {"accuracy": {
-        "tolerance": {"target__0": {"atol": 0.0, "rtol": 0.0}}}}}}})
+    overlay = write_overlay(
+        copy_of,
+        "strict.yaml",
+        {
+            "sizings": {
+                "cpu": {
+                    "tft": {"accuracy": {"tolerance": {"target__0": {"atol": 0.0, "rtol": 0.0}}}}
+                }
+            }
+        },
+    )
     result = run_snakemake(copy_of, f"{RUN}/accuracy.csv", "--configfile", overlay)
     out = result.stdout + result.stderr
     assert result.returncode != 0
@@ -159,8 +181,13 @@ def fresh(tmp_path_factory):
 def test_gpu_target_resolves_full_chain(fresh):
     result = run_snakemake(fresh, "-n", "results/tft/A30/trt/fp16/online.csv")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert planned_jobs(result) == {"prepare_checkpoint": 1, "export": 1, "convert": 1,
-                                    "repository": 1, "online": 1}
+    assert planned_jobs(result) == {
+        "prepare_checkpoint": 1,
+        "export": 1,
+        "convert": 1,
+        "repository": 1,
+        "online": 1,
+    }
 
 
 @pytest.mark.parametrize(
@@ -169,8 +196,14 @@ def test_gpu_target_resolves_full_chain(fresh):
         ("results/bert9/cpu/onnx/fp32/online.csv", "unknown model 'bert9'; valid choices: tft"),
         ("results/tft/H100/onnx/fp32/online.csv", "unknown gpu 'H100'; valid choices:"),
         ("results/tft/cpu/tflite/fp32/offline.csv", "unknown format 'tflite'; valid choices:"),
-        ("results/tft/cpu/onnx/fp64/accuracy.csv", "precision 'fp64' is not available for tft/cpu/onnx; valid choices: fp32"),
-        ("results/tft/cpu/trt/fp32/online.csv", "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, ts-trace"),
+        (
+            "results/tft/cpu/onnx/fp64/accuracy.csv",
+            "precision 'fp64' is not available for tft/cpu/onnx; valid choices: fp32",
+        ),
+        (
+            "results/tft/cpu/trt/fp32/online.csv",
+            "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, ts-trace",
+        ),
     ],
 )
 def test_bad_targets_fail_at_dag_time(fresh, target, message):
@@ -181,8 +214,10 @@ def test_bad_targets_fail_at_dag_time(fresh, target, message):
 
 
 def test_hostile_wildcards_never_reach_a_job(fresh):
-    for target in ["results/tft;touch${IFS}pwned/cpu/onnx/fp32/online.csv",
-                   "results/tft/cpu/onnx/fp32$(touch pwned)/online.csv"]:
+    for target in [
+        "results/tft;touch${IFS}pwned/cpu/onnx/fp32/online.csv",
+        "results/tft/cpu/onnx/fp32$(touch pwned)/online.csv",
+    ]:
         result = run_snakemake(fresh, "-n", target)
         assert result.returncode != 0
     assert not (fresh / "pwned").exists() and not (fresh / "results").exists()

@@ -12,7 +12,7 @@ from ..tensors import TensorSpec
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["ModelFamily", "TensorSpec", "load_family", "FAMILIES"]
+__all__ = ["FAMILIES", "ModelFamily", "TensorSpec", "load_family"]
 
 # module name in config -> (python module, class). Extend here when a model is added.
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -31,7 +31,7 @@ class ModelFamily(Protocol):
 
     def init_state(self, seed: int) -> dict[str, Any]: ...
 
-    def serving_module(self, checkpoint: dict[str, Any]) -> "nn.Module": ...
+    def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module: ...
 
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]: ...
 

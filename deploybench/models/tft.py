@@ -43,13 +43,13 @@ class TFTConfig:
     attn_dropout: float = 0.0
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any]) -> "TFTConfig":
+    def from_mapping(cls, values: dict[str, Any]) -> TFTConfig:
         known = {f for f in cls.__dataclass_fields__}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown TFT hyper-parameters {unknown}; valid: {sorted(known)}")
         tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-        return cls(**tuples)
+        return cls(**tuples)  # type: ignore[arg-type]
 
     @property
     def num_static_vars(self) -> int:
@@ -57,7 +57,9 @@ class TFTConfig:
 
     @property
     def num_future_vars(self) -> int:
-        return self.temporal_known_continuous_inp_size + len(self.temporal_known_categorical_inp_lens)
+        return self.temporal_known_continuous_inp_size + len(
+            self.temporal_known_categorical_inp_lens
+        )
 
     @property
     def num_historic_vars(self) -> int:
@@ -244,7 +246,9 @@ class InterpretableMultiHeadAttention(nn.Module):
     def __init__(self, cfg: TFTConfig) -> None:
         super().__init__()
         if cfg.hidden_size % cfg.n_head:
-            raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by n_head {cfg.n_head}")
+            raise ValueError(
+                f"hidden_size {cfg.hidden_size} is not divisible by n_head {cfg.n_head}"
+            )
         self.n_head = cfg.n_head
         self.d_head = cfg.hidden_size // cfg.n_head
         self.qkv_linears = nn.Linear(
@@ -353,7 +357,7 @@ class TFTServing(nn.Module):
         o_cat: Tensor,
         o_cont: Tensor,
         target: Tensor,
-        id: Tensor,  # noqa: A002 - DLE's input name
+        id: Tensor,
     ) -> Tensor:
         tensors = (s_cat, s_cont, k_cat, k_cont, o_cat, o_cont, target, id)
         inputs = {
@@ -377,12 +381,38 @@ class TFTSpec:
             return (t, n) if present else (1,)
 
         groups = {
-            "s_cat": ("int64", width(len(c.static_categorical_inp_lens), len(c.static_categorical_inp_lens))),
-            "s_cont": ("float32", width(c.static_continuous_inp_size, c.static_continuous_inp_size)),
-            "k_cat": ("int64", width(len(c.temporal_known_categorical_inp_lens), len(c.temporal_known_categorical_inp_lens))),
-            "k_cont": ("float32", width(c.temporal_known_continuous_inp_size, c.temporal_known_continuous_inp_size)),
-            "o_cat": ("int64", width(len(c.temporal_observed_categorical_inp_lens), len(c.temporal_observed_categorical_inp_lens))),
-            "o_cont": ("float32", width(c.temporal_observed_continuous_inp_size, c.temporal_observed_continuous_inp_size)),
+            "s_cat": (
+                "int64",
+                width(len(c.static_categorical_inp_lens), len(c.static_categorical_inp_lens)),
+            ),
+            "s_cont": (
+                "float32",
+                width(c.static_continuous_inp_size, c.static_continuous_inp_size),
+            ),
+            "k_cat": (
+                "int64",
+                width(
+                    len(c.temporal_known_categorical_inp_lens),
+                    len(c.temporal_known_categorical_inp_lens),
+                ),
+            ),
+            "k_cont": (
+                "float32",
+                width(c.temporal_known_continuous_inp_size, c.temporal_known_continuous_inp_size),
+            ),
+            "o_cat": (
+                "int64",
+                width(
+                    len(c.temporal_observed_categorical_inp_lens),
+                    len(c.temporal_observed_categorical_inp_lens),
+                ),
+            ),
+            "o_cont": (
+                "float32",
+                width(
+                    c.temporal_observed_continuous_inp_size, c.temporal_observed_continuous_inp_size
+                ),
+            ),
             "target": ("float32", (t, c.temporal_target_size)),
             "id": ("int64", (t, 1)),
         }
@@ -439,12 +469,14 @@ class TFTFamily:
         for spec in self.inputs:
             group = spec.name.rsplit("__", 1)[0]
             shape = (batch, *spec.shape)
-            if group in cat_lens and cat_lens[group]:
+            if cat_lens.get(group):
                 highs = np.array(cat_lens[group])
                 per_series = rng.integers(0, highs, size=(batch, 1, len(highs)))
                 # Static categoricals repeat along time, as DLE's data loader gives them.
-                values = np.broadcast_to(per_series, shape) if group == "s_cat" else rng.integers(
-                    0, highs, size=shape
+                values = (
+                    np.broadcast_to(per_series, shape)
+                    if group == "s_cat"
+                    else rng.integers(0, highs, size=shape)
                 )
                 out[spec.name] = np.ascontiguousarray(values, dtype=spec.dtype)
             elif group == "id":
