@@ -70,7 +70,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
                 file, map_location="cpu", weights_only=False, pickle_module=_LenientPickle
             )
     except Exception as err:  # noqa: BLE001 - truncated/corrupt files fail in many ways
-        raise ValueError(f"{file}: not a readable checkpoint ({type(err).__name__}: {err})") from err
+        raise ValueError(
+            f"{file}: not a readable checkpoint ({type(err).__name__}: {err})"
+        ) from err
     if not isinstance(data, dict) or "model" not in data:
         raise ValueError(f"{file}: not a DLE-layout checkpoint (a dict with a 'model' state dict)")
     return data

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 WILDCARDS = ("model", "gpu", "format", "precision")
 
@@ -25,6 +28,11 @@ def _choose(kind: str, value: str, valid: list[str] | dict[str, Any], context: s
         raise ConfigError(
             f"unknown {kind} {value!r}{where}; valid choices: {', '.join(sorted(valid))}"
         )
+
+
+def load_yaml(path: str | Path) -> Any:
+    with open(path) as f:
+        return yaml.safe_load(f)
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -76,6 +84,29 @@ class Run:
     @property
     def path(self) -> str:
         return f"{self.model}/{self.gpu}/{self.format}/{self.precision}"
+
+
+def check_sizings(config: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Validate every model's settings as merged with every sizing, against the model schema.
+
+    The config file itself is validated by Snakemake; sizing overrides only become settings once
+    merged, so a wrong type there is caught here, named by its key.
+    """
+    import jsonschema  # noqa: PLC0415 - only needed at workflow start
+
+    model_schema = {"$ref": "#/$defs/model", "$defs": schema["$defs"]}
+    validator = jsonschema.Draft202012Validator(model_schema)
+    for sizing, overrides in config["sizings"].items():
+        for model, override in (overrides or {}).items():
+            if model not in config["models"]:
+                raise ConfigError(
+                    f"sizings.{sizing}: unknown model {model!r}; valid choices: "
+                    f"{', '.join(sorted(config['models']))}"
+                )
+            merged = deep_merge(config["models"][model], override)
+            for error in validator.iter_errors(merged):
+                key = ".".join(str(p) for p in error.absolute_path)
+                raise ConfigError(f"sizings.{sizing}.{model}.{key}: {error.message}")
 
 
 def model_names(config: dict[str, Any]) -> list[str]:

@@ -8,7 +8,9 @@ from snakemake.utils import validate
 from deploybench import config as dbconfig
 from deploybench.repository import serving
 
-validate(config, workflow.source_path("../config/schema/config.schema.yaml"))
+SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
+validate(config, SCHEMA)
+dbconfig.check_sizings(config, dbconfig.load_yaml(SCHEMA))
 
 
 wildcard_constraints:

@@ -104,3 +104,43 @@ def test_all_runs_cover_published_tft_combinations(config):
         assert f"tft/{gpu}/trt/fp16" in runs
         assert f"tft/{gpu}/ts-trace/fp16" in runs
     assert "tft/cpu/onnx/fp32" in runs and "tft/cpu/trt/fp32" not in runs
+
+
+SCHEMA = Path(__file__).resolve().parents[1] / "config" / "schema" / "config.schema.yaml"
+
+
+def test_shipped_config_passes_sizing_check(config):
+    dbc.check_sizings(config, dbc.load_yaml(SCHEMA))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            {"perf": {"request_count": "many"}},
+            "sizings.cpu.tft.perf.request_count: 'many' is not of type 'integer'",
+        ),
+        (
+            {"triton": {"model_instances": 0}},
+            "sizings.cpu.tft.triton.model_instances: 0 is less than the minimum of 1",
+        ),
+        ({"perf": {"offline": {"batch_sizes": []}}}, "sizings.cpu.tft.perf.offline.batch_sizes"),
+        (
+            {"perf": {"warmup": 2}},
+            "sizings.cpu.tft.perf: Additional properties are not allowed ('warmup'",
+        ),
+    ],
+)
+def test_bad_sizing_override_names_the_key(config, override, message):
+    config["sizings"]["cpu"]["tft"] = override
+    with pytest.raises(dbc.ConfigError) as err:
+        dbc.check_sizings(config, dbc.load_yaml(SCHEMA))
+    assert message in str(err.value)
+
+
+def test_sizing_for_unknown_model_is_rejected(config):
+    config["sizings"]["cpu"]["bert"] = {}
+    with pytest.raises(
+        dbc.ConfigError, match="sizings.cpu: unknown model 'bert'; valid choices: tft"
+    ):
+        dbc.check_sizings(config, dbc.load_yaml(SCHEMA))

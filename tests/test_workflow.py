@@ -221,3 +221,20 @@ def test_hostile_wildcards_never_reach_a_job(fresh):
         result = run_snakemake(fresh, "-n", target)
         assert result.returncode != 0
     assert not (fresh / "pwned").exists() and not (fresh / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"models": {"tft": {"perf": {"request_count": "lots"}}}}, "request_count"),
+        (
+            {"sizings": {"cpu": {"tft": {"triton": {"max_batch_size": -1}}}}},
+            "sizings.cpu.tft.triton.max_batch_size: -1 is less than the minimum of 1",
+        ),
+    ],
+)
+def test_bad_config_values_fail_before_any_job(tmp_path, overrides, message):
+    write_config(tmp_path, deep_merge(TINY, overrides))
+    result = run_snakemake(tmp_path, "-n")
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
