@@ -69,7 +69,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             data = torch.load(
                 file, map_location="cpu", weights_only=False, pickle_module=_LenientPickle
             )
-    except Exception as err:  # noqa: BLE001 - truncated/corrupt files fail in many ways
+    except Exception as err:
         raise ValueError(
             f"{file}: not a readable checkpoint ({type(err).__name__}: {err})"
         ) from err

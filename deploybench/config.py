@@ -92,7 +92,7 @@ def check_sizings(config: dict[str, Any], schema: dict[str, Any]) -> None:
     The config file itself is validated by Snakemake; sizing overrides only become settings once
     merged, so a wrong type there is caught here, named by its key.
     """
-    import jsonschema  # noqa: PLC0415 - only needed at workflow start
+    import jsonschema
 
     model_schema = {"$ref": "#/$defs/model", "$defs": schema["$defs"]}
     validator = jsonschema.Draft202012Validator(model_schema)
