@@ -71,7 +71,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data.json"
         perf.write_input_data(family.example_inputs(1, seed=0), data)
-        with graceful_signals(), TritonServer(run_dir / "repository", Path(tmp) / "server.log") as server:
+        with (
+            graceful_signals(),
+            TritonServer(run_dir / "repository", Path(tmp) / "server.log") as server,
+        ):
             for _ in range(args.rounds):
                 row = perf.measure_point(
                     model_name=model_name,
@@ -87,7 +90,9 @@ def main() -> int:
     t, lo = statistics.median(triton), statistics.median(local)
     print(f"run {run_dir}  runtime {params['runtime']}  batch {args.batch}  rounds {args.rounds}")
     print(f"  triton (perf_analyzer, offline)  {t:10.1f} inf/s   {[round(x, 1) for x in triton]}")
-    print(f"  in-process ({params['runtime']})     {lo:10.1f} inf/s   {[round(x, 1) for x in local]}")
+    print(
+        f"  in-process ({params['runtime']})     {lo:10.1f} inf/s   {[round(x, 1) for x in local]}"
+    )
     print(f"  serving efficiency (median ratio) {t / lo:.3f}")
     return 0
 

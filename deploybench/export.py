@@ -11,18 +11,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .accuracy import compare_outputs
 from .io import atomic_path
-from .models import ModelFamily
+from .models import ModelFamily, framework_outputs
 from .runtime import load_runner
 
 log = logging.getLogger(__name__)
 
 EXPORT_RUNTIME = {"onnx": "onnxruntime", "ts-trace": "torchscript"}
-PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 
 
 def _torch_inputs(family: ModelFamily, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
@@ -104,10 +102,7 @@ def verify_artifact(
         output_names=[s.name for s in family.outputs],
     )
     feeds = family.example_inputs(batch, seed=7)
-    with torch.no_grad():
-        expected = module(*(torch.from_numpy(feeds[s.name]) for s in family.inputs))
-    expected_list = expected if isinstance(expected, (tuple, list)) else (expected,)
-    reference = {s.name: np.asarray(t.numpy()) for s, t in zip(family.outputs, expected_list)}
+    reference = framework_outputs(family, module, feeds)
     actual = dict(zip(runner.output_names, runner(feeds)))
     rows = compare_outputs(reference, actual, tolerance, batch)
     failed = [r for r in rows if not r["passed"]]

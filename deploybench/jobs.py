@@ -14,7 +14,7 @@ from typing import Any
 
 from . import provenance
 from .io import write_json
-from .models import load_family
+from .models import framework_outputs, load_family
 
 log = logging.getLogger("deploybench")
 
@@ -127,8 +127,6 @@ def accuracy(
     provenance_out: str,
     server_log: str,
 ) -> None:
-    import torch
-
     from .accuracy import COLUMNS, AccuracyError, compare_outputs, format_failure, infer_triton
     from .checkpoint import load_checkpoint
     from .io import atomic_path
@@ -138,10 +136,7 @@ def accuracy(
     batch = int(settings["batch_size"])
     feeds = family.example_inputs(batch, int(settings["seed"]))
     module = family.serving_module(load_checkpoint(checkpoint))
-    with torch.no_grad():
-        expected = module(*(torch.from_numpy(feeds[s.name]) for s in family.inputs))
-    expected_list = expected if isinstance(expected, (tuple, list)) else (expected,)
-    reference = {s.name: t.numpy() for s, t in zip(family.outputs, expected_list)}
+    reference = framework_outputs(family, module, feeds)
 
     with graceful_signals(), _server(repo, server_log, server_settings) as server:
         served = infer_triton(server.http_url, model_name, feeds, list(reference))

@@ -96,12 +96,17 @@ cat > "$out" <<CSV
 """
 
 
-def _stand_in(tmp_path, monkeypatch, ok):
-    calls = tmp_path / "calls"
+def _fake_perf_analyzer(tmp_path, monkeypatch, body):
+    """A stand-in perf_analyzer (through the documented override) for the retry logic."""
     script = tmp_path / "pa"
-    script.write_text(STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV))
+    script.write_text(body)
     script.chmod(0o755)
     monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
+
+
+def _stand_in(tmp_path, monkeypatch, ok):
+    calls = tmp_path / "calls"
+    _fake_perf_analyzer(tmp_path, monkeypatch, STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV))
     return calls
 
 
@@ -136,19 +141,15 @@ def test_never_stable_point_is_kept_and_flagged(tmp_path, monkeypatch):
 
 
 def test_perf_analyzer_failure_is_an_error(tmp_path, monkeypatch):
-    script = tmp_path / "pa"
-    script.write_text("#!/bin/sh\necho 'error: failed to get model metadata'; exit 99\n")
-    script.chmod(0o755)
-    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
+    _fake_perf_analyzer(
+        tmp_path, monkeypatch, "#!/bin/sh\necho 'error: failed to get model metadata'; exit 99\n"
+    )
     with pytest.raises(perf.PerfError, match="exit 99"):
         _measure(tmp_path, perf.MeasureSettings(request_count=5, warmup_factor=0))
 
 
 def test_perf_analyzer_hang_is_killed_at_timeout(tmp_path, monkeypatch):
-    script = tmp_path / "pa"
-    script.write_text("#!/bin/sh\nsleep 60\n")
-    script.chmod(0o755)
-    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
+    _fake_perf_analyzer(tmp_path, monkeypatch, "#!/bin/sh\nsleep 60\n")
     with pytest.raises(perf.PerfError, match="hung past its timeout"):
         _measure(tmp_path, perf.MeasureSettings(request_count=5, warmup_factor=0, timeout_s=1))
 

@@ -12,7 +12,7 @@ from ..tensors import TensorSpec
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["FAMILIES", "ModelFamily", "TensorSpec", "load_family"]
+__all__ = ["FAMILIES", "ModelFamily", "TensorSpec", "framework_outputs", "load_family"]
 
 # module name in config -> (python module, class). Extend here when a model is added.
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -34,6 +34,18 @@ class ModelFamily(Protocol):
     def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module: ...
 
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]: ...
+
+
+def framework_outputs(
+    family: ModelFamily, module: nn.Module, feeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The framework's outputs for ``feeds``, by output name: the reference for every check."""
+    import torch
+
+    with torch.no_grad():
+        out = module(*(torch.from_numpy(feeds[s.name]) for s in family.inputs))
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return {s.name: t.numpy() for s, t in zip(family.outputs, outs, strict=True)}
 
 
 def load_family(module: str, hparams: dict[str, Any]) -> ModelFamily:
