@@ -78,12 +78,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def write_seeded_checkpoint(family: ModelFamily, seed: int, out: str | Path) -> None:
-    """Write the seeded initialisation; same seed → same bytes (the archive name is fixed)."""
+def _save(obj: dict[str, Any], out: str | Path) -> None:
+    """``torch.save`` through a buffer: the archive's inner name is then fixed (a file's name
+    would be embedded), so the same object gives the same bytes; written atomically."""
     buffer = io.BytesIO()
-    torch.save(family.init_state(seed), buffer)
+    torch.save(obj, buffer)
     with atomic_path(out) as tmp:
         tmp.write_bytes(buffer.getvalue())
+
+
+def write_seeded_checkpoint(family: ModelFamily, seed: int, out: str | Path) -> None:
+    """Write the seeded initialisation; same seed → same bytes."""
+    _save(family.init_state(seed), out)
 
 
 def prepare_checkpoint(family: ModelFamily, source: str | None, seed: int, out: str | Path) -> str:
@@ -91,10 +97,7 @@ def prepare_checkpoint(family: ModelFamily, source: str | None, seed: int, out: 
     if source:
         data = load_checkpoint(source)
         family.serving_module(data)  # fails early if it does not fit the hyper-parameters
-        buffer = io.BytesIO()
-        torch.save({"model": data["model"]}, buffer)
-        with atomic_path(out) as tmp:
-            tmp.write_bytes(buffer.getvalue())
+        _save({"model": data["model"]}, out)
         return f"checkpoint {resolve_checkpoint_file(source)}"
     write_seeded_checkpoint(family, seed, out)
     return f"seeded-random initialisation (seed {seed})"

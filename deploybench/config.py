@@ -15,8 +15,6 @@ from typing import Any
 
 import yaml
 
-WILDCARDS = ("model", "gpu", "format", "precision")
-
 
 class ConfigError(ValueError):
     """A run or config value that the workflow cannot honour."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import tempfile
@@ -29,6 +30,13 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
 def write_text(path: Path | str, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def write_csv(path: Path | str, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def write_json(path: Path | str, data: Any) -> None:

@@ -5,7 +5,6 @@ Each step writes its outputs whole (or not at all) and a provenance sidecar besi
 
 from __future__ import annotations
 
-import csv
 import logging
 import sys
 import tempfile
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import provenance
-from .io import write_json
+from .io import write_csv, write_json
 from .models import framework_outputs, load_family
 
 log = logging.getLogger("deploybench")
@@ -34,7 +33,7 @@ def setup_logging(path: str | Path | None) -> None:
 
 
 def make_checkpoint(*, model: dict[str, Any], out: str, provenance_out: str) -> None:
-    from .checkpoint import prepare_checkpoint
+    from .checkpoint import prepare_checkpoint  # torch: imported by the jobs that need it
 
     family = load_family(model["module"], model["hparams"])
     origin = prepare_checkpoint(family, model.get("checkpoint"), int(model["seed"]), out)
@@ -129,7 +128,6 @@ def accuracy(
 ) -> None:
     from .accuracy import COLUMNS, AccuracyError, compare_outputs, format_failure, infer_triton
     from .checkpoint import load_checkpoint
-    from .io import atomic_path
     from .server import graceful_signals
 
     family = load_family(model["module"], model["hparams"])
@@ -148,10 +146,7 @@ def accuracy(
         raise AccuracyError(
             f"{run['path']}: Triton's output differs from the framework: {format_failure(rows)}"
         )
-    with atomic_path(out) as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out, rows, COLUMNS)
     write_json(
         provenance_out,
         provenance.collect(out, {"accuracy": settings, **run}, tritonserver=server_info),
@@ -173,13 +168,13 @@ def perf(
     server_log: str,
     perf_log: str,
 ) -> None:
+    from .perf import COLUMNS as PERF_COLUMNS
     from .perf import (
         SCENARIOS,
         MeasureSettings,
         Point,
         measure_point,
         write_input_data,
-        write_rows,
     )
     from .server import graceful_signals
 
@@ -212,6 +207,6 @@ def perf(
                         **row,
                     }
                 )
-    write_rows(rows, Path(out))
+    write_csv(out, rows, PERF_COLUMNS)
     config = {"scenario": scenario, "points": points, "measure": measure, **run}
     write_json(provenance_out, provenance.collect(out, config, tritonserver=server_info))

@@ -258,13 +258,3 @@ def _row(
         "stable": stable,
         "attempts": attempts,
     }
-
-
-def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
-    from .io import atomic_path
-
-    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(row)

@@ -28,7 +28,7 @@ class Runner:
 
 class OnnxRuntimeRunner(Runner):
     def __init__(self, path: Path, threads: int) -> None:
-        import onnxruntime as ort
+        import onnxruntime as ort  # imported here: only this runtime needs it
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads  # 0: onnxruntime picks (one per core)
@@ -50,7 +50,7 @@ class TorchScriptRunner(Runner):
     def __init__(
         self, path: Path, threads: int, input_names: Sequence[str], output_names: Sequence[str]
     ) -> None:
-        import torch
+        import torch  # imported here: only this runtime needs it
 
         if threads:
             torch.set_num_threads(threads)

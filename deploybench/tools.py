@@ -21,7 +21,7 @@ class ToolNotFound(RuntimeError):
 
 def _pytriton_root() -> Path | None:
     try:
-        import pytriton
+        import pytriton  # optional: absent in NGC containers
     except ImportError:
         return None
     root = Path(pytriton.__file__).parent / "tritonserver"
@@ -100,7 +100,7 @@ def perf_analyzer_environment() -> dict[str, str]:
     env = dict(os.environ)
     extra = []
     try:
-        import nvidia.cuda_runtime
+        import nvidia.cuda_runtime  # optional: only the CPU venv has it
 
         extra.append(str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"))
     except ImportError:

@@ -3,6 +3,8 @@
 # precision or a combination the config does not allow fails while the DAG is built, with a
 # message naming the value and the valid choices.
 
+import functools
+
 from snakemake.utils import validate
 
 from deploybench import config as dbconfig
@@ -32,9 +34,15 @@ REPOSITORY = f"{RUN_DIR}/repository"
 RESULT_FILES = ("accuracy.csv", "offline.csv", "online.csv")
 
 
+@functools.cache
+def _resolved(model, gpu, fmt, precision):
+    # every params/input function of a job asks for the same run; merge and check it once
+    return dbconfig.resolve(config, model, gpu, fmt, precision)
+
+
 def run_of(wildcards):
-    return dbconfig.resolve(
-        config, wildcards.model, wildcards.gpu, wildcards.format, wildcards.precision
+    return _resolved(
+        wildcards.model, wildcards.gpu, wildcards.format, wildcards.precision
     )
 
 

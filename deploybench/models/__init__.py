@@ -40,7 +40,7 @@ def framework_outputs(
     family: ModelFamily, module: nn.Module, feeds: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """The framework's outputs for ``feeds``, by output name: the reference for every check."""
-    import torch
+    import torch  # here, so the package imports without torch at DAG time
 
     with torch.no_grad():
         out = module(*(torch.from_numpy(feeds[s.name]) for s in family.inputs))

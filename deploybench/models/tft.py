@@ -357,7 +357,7 @@ class TFTServing(nn.Module):
         o_cat: Tensor,
         o_cont: Tensor,
         target: Tensor,
-        id: Tensor,
+        id: Tensor,  # DLE's input name, shadowing the builtin on purpose
     ) -> Tensor:
         tensors = (s_cat, s_cont, k_cat, k_cont, o_cat, o_cont, target, id)
         inputs = {
