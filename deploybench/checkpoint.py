@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .io import atomic_path
-from .models import ModelFamily
+from .models import Family
 
 # Modules whose globals a checkpoint may reference for real (tensors, containers, numbers).
 _TRUSTED_MODULES = ("torch", "collections", "numpy", "builtins", "_codecs", "copyreg")
@@ -78,6 +78,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# The workflow's checkpoint file per framework: torch archives for PyTorch, numpy archives for
+# Keras (a TensorFlow container has no torch).
+CHECKPOINT_FILES = {"pytorch": "checkpoint.pt", "tensorflow": "checkpoint.npz"}
+
+
 def _save(obj: dict[str, Any], out: str | Path) -> None:
     """``torch.save`` through a buffer: the archive's inner name is then fixed (a file's name
     would be embedded), so the same object gives the same bytes; written atomically."""
@@ -87,17 +92,47 @@ def _save(obj: dict[str, Any], out: str | Path) -> None:
         tmp.write_bytes(buffer.getvalue())
 
 
-def write_seeded_checkpoint(family: ModelFamily, seed: int, out: str | Path) -> None:
+def _save_arrays(obj: dict[str, Any], out: str | Path) -> None:
+    """Weights by variable path into an ``.npz``, written atomically."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **{name: np.asarray(v) for name, v in obj["model"].items()})
+    with atomic_path(out) as tmp:
+        tmp.write_bytes(buffer.getvalue())
+
+
+def save_checkpoint(family: Family, obj: dict[str, Any], out: str | Path) -> None:
+    if family.framework == "tensorflow":
+        _save_arrays(obj, out)
+    else:
+        _save(obj, out)
+
+
+def read_workflow_checkpoint(family: Family, path: str | Path) -> dict[str, Any]:
+    """A checkpoint this workflow wrote (``prepare_checkpoint``), for ``family``."""
+    if family.framework == "tensorflow":
+        import numpy as np
+
+        try:
+            with np.load(path) as data:
+                return {"model": {name: data[name] for name in data.files}}
+        except Exception as err:
+            raise ValueError(f"{path}: not a readable checkpoint ({type(err).__name__}: {err})") from err
+    return load_checkpoint(path)
+
+
+def write_seeded_checkpoint(family: Family, seed: int, out: str | Path) -> None:
     """Write the seeded initialisation; same seed → same bytes."""
-    _save(family.init_state(seed), out)
+    save_checkpoint(family, family.init_state(seed), out)
 
 
-def prepare_checkpoint(family: ModelFamily, source: str | None, seed: int, out: str | Path) -> str:
+def prepare_checkpoint(family: Family, source: str | None, seed: int, out: str | Path) -> str:
     """Materialise the run's checkpoint at ``out``; returns a description of its origin."""
     if source:
-        data = load_checkpoint(source)
+        data = family.read_checkpoint(source)
         family.serving_module(data)  # fails early if it does not fit the hyper-parameters
-        _save({"model": data["model"]}, out)
-        return f"checkpoint {resolve_checkpoint_file(source)}"
+        save_checkpoint(family, {"model": data["model"]}, out)
+        return f"checkpoint {source}"
     write_seeded_checkpoint(family, seed, out)
     return f"seeded-random initialisation (seed {seed})"

@@ -15,7 +15,7 @@ import torch
 
 from .accuracy import compare_outputs
 from .io import atomic_path
-from .models import ModelFamily, framework_outputs
+from .models import Family
 from .runtime import load_runner
 
 log = logging.getLogger(__name__)
@@ -23,12 +23,12 @@ log = logging.getLogger(__name__)
 EXPORT_RUNTIME = {"onnx": "onnxruntime", "ts-trace": "torchscript"}
 
 
-def _torch_inputs(family: ModelFamily, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
+def _torch_inputs(family: Family, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
     feeds = family.example_inputs(batch, seed)
     return tuple(torch.from_numpy(feeds[s.name]) for s in family.inputs)
 
 
-def export_onnx(module: torch.nn.Module, family: ModelFamily, out: Path, opset: int) -> None:
+def export_onnx(module: torch.nn.Module, family: Family, out: Path, opset: int) -> None:
     names = [s.name for s in family.inputs]
     outputs = [s.name for s in family.outputs]
     dynamic = {n: {0: "batch"} for n in names + outputs}
@@ -48,7 +48,7 @@ def export_onnx(module: torch.nn.Module, family: ModelFamily, out: Path, opset: 
         )
 
 
-def export_torchscript_trace(module: torch.nn.Module, family: ModelFamily, out: Path) -> None:
+def export_torchscript_trace(module: torch.nn.Module, family: Family, out: Path) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(module, _torch_inputs(family, 2, 0), check_trace=False)
@@ -56,7 +56,7 @@ def export_torchscript_trace(module: torch.nn.Module, family: ModelFamily, out: 
 
 
 def export_model(
-    family: ModelFamily,
+    family: Family,
     checkpoint: dict[str, Any],
     export_format: str,
     precision: str,
@@ -88,7 +88,7 @@ def export_model(
 
 def verify_artifact(
     module: torch.nn.Module,
-    family: ModelFamily,
+    family: Family,
     artifact: Path,
     export_format: str,
     tolerance: dict[str, dict[str, float]],
@@ -102,7 +102,7 @@ def verify_artifact(
         output_names=[s.name for s in family.outputs],
     )
     feeds = family.example_inputs(batch, seed=7)
-    reference = framework_outputs(family, module, feeds)
+    reference = family.framework_outputs(module, feeds)
     actual = dict(zip(runner.output_names, runner(feeds)))
     rows = compare_outputs(reference, actual, tolerance, batch)
     failed = [r for r in rows if not r["passed"]]

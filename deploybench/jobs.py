@@ -13,7 +13,7 @@ from typing import Any
 
 from . import provenance
 from .io import write_csv, write_json
-from .models import framework_outputs, load_family
+from .models import load_family
 
 log = logging.getLogger("deploybench")
 
@@ -52,13 +52,13 @@ def export(
     out: str,
     provenance_out: str,
 ) -> None:
-    from .checkpoint import load_checkpoint
+    from .checkpoint import read_workflow_checkpoint
     from .export import export_model
 
     family = load_family(model["module"], model["hparams"])
     report = export_model(
         family,
-        load_checkpoint(checkpoint),
+        read_workflow_checkpoint(family, checkpoint),
         export_format,
         precision,
         out,
@@ -127,14 +127,14 @@ def accuracy(
     server_log: str,
 ) -> None:
     from .accuracy import COLUMNS, AccuracyError, compare_outputs, format_failure, infer_triton
-    from .checkpoint import load_checkpoint
+    from .checkpoint import read_workflow_checkpoint
     from .server import graceful_signals
 
     family = load_family(model["module"], model["hparams"])
     batch = int(settings["batch_size"])
     feeds = family.example_inputs(batch, int(settings["seed"]))
-    module = family.serving_module(load_checkpoint(checkpoint))
-    reference = framework_outputs(family, module, feeds)
+    module = family.serving_module(read_workflow_checkpoint(family, checkpoint))
+    reference = family.framework_outputs(module, feeds)
 
     with graceful_signals(), _server(repo, server_log, server_settings) as server:
         served = infer_triton(server.http_url, model_name, feeds, list(reference))

@@ -3,54 +3,42 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from ..tensors import TensorSpec
+from .base import Batch, Family, KerasFamily, TorchFamily
 
-if TYPE_CHECKING:
-    from torch import nn
+__all__ = [
+    "FAMILIES",
+    "Batch",
+    "Family",
+    "KerasFamily",
+    "TensorSpec",
+    "TorchFamily",
+    "framework_of",
+    "load_family",
+]
 
-__all__ = ["FAMILIES", "ModelFamily", "TensorSpec", "framework_outputs", "load_family"]
-
-# module name in config -> (python module, class). Extend here when a model is added.
-FAMILIES: dict[str, tuple[str, str]] = {
-    "tft": ("deploybench.models.tft", "TFTFamily"),
+# module name in config -> (python module, class, framework). Extend here when a model is added.
+# The framework is here (not only on the class) so the workflow knows it without importing
+# torch or TensorFlow while it builds the DAG.
+FAMILIES: dict[str, tuple[str, str, str]] = {
+    "tft": ("deploybench.models.tft", "TFTFamily", "pytorch"),
 }
 
 
-class ModelFamily(Protocol):
-    framework: str
-
-    @property
-    def inputs(self) -> list[TensorSpec]: ...
-
-    @property
-    def outputs(self) -> list[TensorSpec]: ...
-
-    def init_state(self, seed: int) -> dict[str, Any]: ...
-
-    def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module: ...
-
-    def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]: ...
+def framework_of(module: str) -> str:
+    _check(module)
+    return FAMILIES[module][2]
 
 
-def framework_outputs(
-    family: ModelFamily, module: nn.Module, feeds: dict[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """The framework's outputs for ``feeds``, by output name: the reference for every check."""
-    import torch  # here, so the package imports without torch at DAG time
-
-    with torch.no_grad():
-        out = module(*(torch.from_numpy(feeds[s.name]) for s in family.inputs))
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    return {s.name: t.numpy() for s, t in zip(family.outputs, outs, strict=True)}
-
-
-def load_family(module: str, hparams: dict[str, Any]) -> ModelFamily:
+def _check(module: str) -> None:
     if module not in FAMILIES:
         raise ValueError(f"unknown model module {module!r}; valid: {sorted(FAMILIES)}")
-    path, cls = FAMILIES[module]
-    family: ModelFamily = getattr(importlib.import_module(path), cls)(hparams)
+
+
+def load_family(module: str, hparams: dict[str, Any]) -> Family:
+    _check(module)
+    path, cls, _ = FAMILIES[module]
+    family: Family = getattr(importlib.import_module(path), cls)(hparams)
     return family

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..tensors import TensorSpec
+from .base import TorchFamily
 
 
 @dataclass(frozen=True)
@@ -423,38 +424,29 @@ class TFTSpec:
         self.outputs = [TensorSpec("target__0", "float32", (c.horizon, len(c.quantiles)))]
 
 
-class TFTFamily:
+class TFTFamily(TorchFamily):
     """The workflow's view of TFT: build, checkpoint, serving module, example inputs."""
 
-    framework = "pytorch"
+    name = "TFT"
+    metric_name = "quantile_risk_p50"
+    higher_is_better = False
 
     def __init__(self, hparams: dict[str, Any]) -> None:
         self.cfg = TFTConfig.from_mapping(hparams)
         self.spec = TFTSpec(self.cfg)
+        self.inputs = self.spec.inputs
+        self.outputs = self.spec.outputs
 
-    @property
-    def inputs(self) -> list[TensorSpec]:
-        return self.spec.inputs
+    def build(self) -> nn.Module:
+        return TemporalFusionTransformer(self.cfg)
 
-    @property
-    def outputs(self) -> list[TensorSpec]:
-        return self.spec.outputs
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return TFTServing(model, self.cfg)
 
     def init_state(self, seed: int) -> dict[str, Any]:
         """A seeded-random initialisation in DLE's checkpoint layout."""
-        torch.manual_seed(seed)
-        model = TemporalFusionTransformer(self.cfg)
-        return {"model": model.state_dict(), "config": _plain_config(self.cfg)}
-
-    def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module:
-        model = TemporalFusionTransformer(self.cfg)
-        try:
-            model.load_state_dict(checkpoint["model"], strict=True)
-        except RuntimeError as err:
-            raise ValueError(
-                f"checkpoint does not fit the configured TFT hyper-parameters {self.cfg}: {err}"
-            ) from err
-        return TFTServing(model, self.cfg).eval()
+        state = super().init_state(seed)
+        return {**state, "config": _plain_config(self.cfg)}
 
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
         """Deterministic synthetic inputs in the value ranges of DLE's pre-processed data:

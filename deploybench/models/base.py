@@ -1,0 +1,167 @@
+"""What every model family shares, per framework.
+
+A family is the workflow's view of one model: its Triton signature (``inputs``/``outputs``),
+how to build it, its checkpoint, deterministic example inputs, and (for the task metric of its
+seed page) a data-set reader and the metric. Per-model code lives in one module per model;
+these bases hold what is the same for every model of a framework.
+
+Checkpoints inside the workflow are ``{"model": <weights>}`` written by ``deploybench.checkpoint``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..tensors import TensorSpec
+
+if TYPE_CHECKING:
+    from torch import nn
+
+# A batch from a data set: feeds by input name, and the labels the task metric needs.
+Batch = tuple[dict[str, np.ndarray], Any]
+
+
+class Family:
+    """Framework-independent part: signature, example inputs, data set and task metric."""
+
+    framework: str
+    name: str = ""  # how messages name the model, e.g. "TFT"
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    # The task metric of the seed page: its name and whether higher is better.
+    metric_name: str = ""
+    higher_is_better: bool = True
+
+    def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def dataset_batches(
+        self, path: str | Path, batch_size: int, limit: int | None
+    ) -> Iterator[Batch]:
+        """Batches of the task's data set at ``path`` (the layout DLE's data preparation writes)."""
+        raise NotImplementedError(f"{type(self).__name__} has no data-set reader")
+
+    def task_metric(
+        self, outputs: list[dict[str, np.ndarray]], labels: list[Any]
+    ) -> dict[str, float]:
+        """The seed page's quality metric over served (or framework) outputs and their labels;
+        the first key is ``metric_name``."""
+        raise NotImplementedError(f"{type(self).__name__} has no task metric")
+
+
+class TorchFamily(Family):
+    """A PyTorch model: a state dict checkpoint, a serving ``nn.Module``."""
+
+    framework = "pytorch"
+    # Whether the serving module can be compiled with ``torch.jit.script`` (format ts-script).
+    scriptable = False
+
+    def build(self) -> nn.Module:
+        """A freshly initialised network (uses torch's global RNG)."""
+        raise NotImplementedError
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The module Triton serves: ``forward(*inputs in order) -> outputs in order``."""
+        return model
+
+    def adapt_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A source checkpoint's state dict in this module's names (e.g. strip DDP prefixes)."""
+        return state
+
+    def init_state(self, seed: int) -> dict[str, Any]:
+        import torch
+
+        torch.manual_seed(seed)
+        return {"model": self.build().state_dict()}
+
+    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        from ..checkpoint import load_checkpoint
+
+        return {"model": self.adapt_state_dict(load_checkpoint(path)["model"])}
+
+    def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module:
+        model = self.build()
+        _check_weights(self, model.state_dict(), checkpoint["model"])
+        model.load_state_dict(checkpoint["model"], strict=True)
+        return self.wrap(model).eval()
+
+    def framework_outputs(
+        self, module: nn.Module, feeds: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """The framework's outputs for ``feeds`` by output name: the reference for every check."""
+        import torch
+
+        with torch.no_grad():
+            out = module(*(torch.from_numpy(feeds[s.name]) for s in self.inputs))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return {s.name: t.numpy() for s, t in zip(self.outputs, outs, strict=True)}
+
+
+class KerasFamily(Family):
+    """A TensorFlow/Keras model: weights by variable path, a Keras serving model."""
+
+    framework = "tensorflow"
+
+    def build(self) -> Any:
+        """A freshly initialised ``keras.Model`` (seeded by ``keras.utils.set_random_seed``)."""
+        raise NotImplementedError
+
+    def init_state(self, seed: int) -> dict[str, Any]:
+        import keras
+
+        keras.utils.set_random_seed(seed)
+        model = self.build()
+        return {"model": {w.path: np.asarray(w.numpy()) for w in model.weights}}
+
+    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} cannot read source checkpoints")
+
+    def serving_module(self, checkpoint: dict[str, Any]) -> Any:
+        model = self.build()
+        weights = checkpoint["model"]
+        _check_weights(self, {w.path: w for w in model.weights}, weights)
+        for w in model.weights:
+            w.assign(weights[w.path])
+        return model
+
+    def framework_outputs(self, module: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = module(
+            [feeds[s.name] for s in self.inputs]
+            if len(self.inputs) > 1
+            else feeds[self.inputs[0].name],
+            training=False,
+        )
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return {s.name: np.asarray(t) for s, t in zip(self.outputs, outs, strict=True)}
+
+
+def _check_weights(
+    family: Family, expected: dict[str, Any], given: dict[str, Any], *, shapes: bool = True
+) -> None:
+    """A short, clear error when a checkpoint does not fit the configured network."""
+    missing = sorted(set(expected) - set(given))
+    unexpected = sorted(set(given) - set(expected))
+    mismatched = [
+        f"{k} {tuple(given[k].shape)} vs {tuple(expected[k].shape)}"
+        for k in sorted(set(expected) & set(given))
+        if shapes and tuple(given[k].shape) != tuple(expected[k].shape)
+    ]
+    problems = [
+        f"{label} ({len(items)}): {', '.join(items[:3])}{' …' if len(items) > 3 else ''}"
+        for label, items in (
+            ("missing", missing),
+            ("unexpected", unexpected),
+            ("shape checkpoint vs configured", mismatched),
+        )
+        if items
+    ]
+    if problems:
+        name = family.name or type(family).__name__
+        raise ValueError(
+            f"checkpoint does not fit the configured {name} hyper-parameters: "
+            + "; ".join(problems)
+        )
