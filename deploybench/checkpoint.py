@@ -118,7 +118,9 @@ def read_workflow_checkpoint(family: Family, path: str | Path) -> dict[str, Any]
             with np.load(path) as data:
                 return {"model": {name: data[name] for name in data.files}}
         except Exception as err:
-            raise ValueError(f"{path}: not a readable checkpoint ({type(err).__name__}: {err})") from err
+            raise ValueError(
+                f"{path}: not a readable checkpoint ({type(err).__name__}: {err})"
+            ) from err
     return load_checkpoint(path)
 
 

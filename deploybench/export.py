@@ -1,17 +1,18 @@
-"""Export a model family's serving module to ONNX or TorchScript (trace), and check it.
+"""Export a model family's serving module to the formats Triton serves, and check each export.
 
-After writing, the artifact is loaded in its runtime and compared with the framework on
-deterministic inputs; a mismatch beyond the configured tolerance fails the export.
+Exporters are keyed on ``(framework, export format)``. After writing, the artifact is loaded in
+its runtime and compared with the framework on deterministic inputs; a mismatch beyond the
+configured tolerance fails the export and leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from .accuracy import compare_outputs
 from .io import atomic_path
@@ -20,18 +21,47 @@ from .runtime import load_runner
 
 log = logging.getLogger(__name__)
 
-EXPORT_RUNTIME = {"onnx": "onnxruntime", "ts-trace": "torchscript"}
+# The runtime that loads each export format (to check it, and on CPU to serve it).
+EXPORT_RUNTIME = {
+    "onnx": "onnxruntime",
+    "ts-trace": "torchscript",
+    "ts-script": "torchscript",
+    "tf-savedmodel": "tensorflow",
+}
 
 
-def _torch_inputs(family: Family, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
+@dataclass(frozen=True)
+class ExportOptions:
+    opset: int = 13
+    # A format exported from another export (ResNet's onnx comes from its SavedModel).
+    source: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Exporter = Callable[[Any, Family, Path, ExportOptions], None]
+
+
+def _torch_inputs(family: Family, batch: int, seed: int) -> tuple[Any, ...]:
+    import torch
+
     feeds = family.example_inputs(batch, seed)
     return tuple(torch.from_numpy(feeds[s.name]) for s in family.inputs)
 
 
-def export_onnx(module: torch.nn.Module, family: Family, out: Path, opset: int) -> None:
-    names = [s.name for s in family.inputs]
-    outputs = [s.name for s in family.outputs]
-    dynamic = {n: {0: "batch"} for n in names + outputs}
+def dynamic_axes(family: Family) -> dict[str, dict[int, str]]:
+    """The batch axis of every tensor, and every axis the signature declares as -1."""
+    axes: dict[str, dict[int, str]] = {}
+    for spec in [*family.inputs, *family.outputs]:
+        axes[spec.name] = {0: "batch"}
+        for i, dim in enumerate(spec.shape, start=1):
+            if dim == -1:
+                axes[spec.name][i] = f"{spec.name}_dim{i}"
+    return axes
+
+
+def export_torch_onnx(module: Any, family: Family, out: Path, options: ExportOptions) -> None:
+    import torch
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and RNN notes
         # dynamo=False: the TorchScript-based exporter; torch 2.13's default needs onnxscript
@@ -40,19 +70,47 @@ def export_onnx(module: torch.nn.Module, family: Family, out: Path, opset: int) 
             module,
             _torch_inputs(family, 2, 0),
             str(out),
-            input_names=names,
-            output_names=outputs,
-            dynamic_axes=dynamic,
-            opset_version=opset,
+            input_names=[s.name for s in family.inputs],
+            output_names=[s.name for s in family.outputs],
+            dynamic_axes=dynamic_axes(family),
+            opset_version=options.opset,
             dynamo=False,
         )
 
 
-def export_torchscript_trace(module: torch.nn.Module, family: Family, out: Path) -> None:
+def export_torchscript_trace(
+    module: Any, family: Family, out: Path, options: ExportOptions
+) -> None:
+    import torch
+
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(module, _torch_inputs(family, 2, 0), check_trace=False)
     torch.jit.save(traced, str(out))
+
+
+def export_torchscript_script(
+    module: Any, family: Family, out: Path, options: ExportOptions
+) -> None:
+    import torch
+
+    if not getattr(family, "scriptable", False):
+        raise ValueError(f"{family.name or type(family).__name__} cannot be exported as ts-script")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(module)
+    torch.jit.save(scripted, str(out))
+
+
+EXPORTERS: dict[tuple[str, str], Exporter] = {
+    ("pytorch", "onnx"): export_torch_onnx,
+    ("pytorch", "ts-trace"): export_torchscript_trace,
+    ("pytorch", "ts-script"): export_torchscript_script,
+}
+
+
+def export_formats(framework: str) -> list[str]:
+    return sorted(fmt for fw, fmt in EXPORTERS if fw == framework)
 
 
 def export_model(
@@ -65,11 +123,14 @@ def export_model(
     opset: int = 13,
     tolerance: dict[str, dict[str, float]],
     check_batch: int = 3,
+    source: str | Path | None = None,
 ) -> dict[str, Any]:
     """Export, verify in the runtime, and return the verification report."""
-    if export_format not in EXPORT_RUNTIME:
+    exporter = EXPORTERS.get((family.framework, export_format))
+    if exporter is None:
         raise ValueError(
-            f"unknown export format {export_format!r}; valid choices: {', '.join(EXPORT_RUNTIME)}"
+            f"unknown export format {export_format!r} for a {family.framework} model; "
+            f"valid choices: {', '.join(export_formats(family.framework))}"
         )
     if precision != "fp32":
         raise ValueError(
@@ -77,17 +138,16 @@ def export_model(
             "(lower precisions are made by the convert step)"
         )
     module = family.serving_module(checkpoint)
+    options = ExportOptions(opset=opset, source=Path(source) if source else None)
     with atomic_path(out) as tmp:
-        if export_format == "onnx":
-            export_onnx(module, family, tmp, opset)
-        else:
-            export_torchscript_trace(module, family, tmp)
+        tmp.unlink()  # the exporter creates it (a file, or a SavedModel directory)
+        exporter(module, family, tmp, options)
         report = verify_artifact(module, family, tmp, export_format, tolerance, check_batch)
     return report
 
 
 def verify_artifact(
-    module: torch.nn.Module,
+    module: Any,
     family: Family,
     artifact: Path,
     export_format: str,
@@ -103,7 +163,7 @@ def verify_artifact(
     )
     feeds = family.example_inputs(batch, seed=7)
     reference = family.framework_outputs(module, feeds)
-    actual = dict(zip(runner.output_names, runner(feeds)))
+    actual = dict(zip(runner.output_names, runner(feeds), strict=True))
     rows = compare_outputs(reference, actual, tolerance, batch)
     failed = [r for r in rows if not r["passed"]]
     if failed:

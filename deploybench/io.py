@@ -6,6 +6,7 @@ import contextlib
 import csv
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,10 @@ from typing import Any
 
 @contextlib.contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
-    """A temporary path beside ``path`` that replaces it only if the block succeeds."""
+    """A temporary path beside ``path`` that replaces it only if the block succeeds.
+
+    The block may write a file or a directory there (a TF SavedModel is a directory).
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -22,9 +26,18 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.is_dir():
+            _remove(target)
         tmp_path.replace(target)
     finally:
-        tmp_path.unlink(missing_ok=True)
+        _remove(tmp_path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_text(path: Path | str, text: str) -> None:
