@@ -6,9 +6,13 @@ Per-output tolerances as in Model Navigator's correctness check: an element pass
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .models import Family
 
 NUMPY_TO_TRITON = {
     "float32": "FP32",
@@ -29,6 +33,18 @@ COLUMNS = [
     "atol",
     "rtol",
     "passed",
+]
+
+
+TASK_COLUMNS = [
+    "metric",
+    "value",
+    "threshold",
+    "higher_is_better",
+    "passed",
+    "batches",
+    "dataset",
+    "note",
 ]
 
 
@@ -113,3 +129,56 @@ def format_failure(rows: list[dict[str, Any]]) -> str:
         f"{r['max_rel_err']:.3g})"
         for r in bad
     )
+
+
+def task_rows(
+    family: Family,
+    task: dict[str, Any],
+    infer: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+) -> list[dict[str, Any]]:
+    """The seed page's task metric over the configured data set, as served by ``infer``.
+
+    Without a data set there is no metric to report: one row says so instead of a number.
+    """
+    path = task.get("path")
+    if not path:
+        return [
+            {
+                "metric": family.metric_name,
+                "value": "",
+                "threshold": "",
+                "higher_is_better": family.higher_is_better,
+                "passed": "",
+                "batches": 0,
+                "dataset": "",
+                "note": "not measured: no data set configured (accuracy.task.path)",
+            }
+        ]
+    outputs, labels = [], []
+    for feeds, label in family.dataset_batches(
+        path, int(task.get("batch_size", 8)), task.get("limit")
+    ):
+        outputs.append(infer(feeds))
+        labels.append(label)
+    if not outputs:
+        raise ValueError(f"data set {path!r} yielded no batches")
+    values = family.task_metric(outputs, labels)
+    threshold = task.get("threshold")
+    rows = []
+    for name, value in values.items():
+        passed: bool | str = ""
+        if name == family.metric_name and threshold is not None:
+            passed = value >= threshold if family.higher_is_better else value <= threshold
+        rows.append(
+            {
+                "metric": name,
+                "value": float(value),
+                "threshold": threshold if name == family.metric_name else "",
+                "higher_is_better": family.higher_is_better,
+                "passed": passed,
+                "batches": len(outputs),
+                "dataset": path,
+                "note": "",
+            }
+        )
+    return rows

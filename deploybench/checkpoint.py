@@ -78,11 +78,6 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return data
 
 
-# The workflow's checkpoint file per framework: torch archives for PyTorch, numpy archives for
-# Keras (a TensorFlow container has no torch).
-CHECKPOINT_FILES = {"pytorch": "checkpoint.pt", "tensorflow": "checkpoint.npz"}
-
-
 def _save(obj: dict[str, Any], out: str | Path) -> None:
     """``torch.save`` through a buffer: the archive's inner name is then fixed (a file's name
     would be embedded), so the same object gives the same bytes; written atomically."""

@@ -80,6 +80,16 @@ class Run:
         return conv
 
     @property
+    def export_source(self) -> str | None:
+        """The export this run's export is made from (None: from the checkpoint)."""
+        source = self.settings["export"].get("sources", {}).get(self.export_format)
+        return None if source is None else str(source)
+
+    @property
+    def accelerator(self) -> str:
+        return str(self.format_settings.get("accelerator", "none"))
+
+    @property
     def path(self) -> str:
         return f"{self.model}/{self.gpu}/{self.format}/{self.precision}"
 
@@ -146,7 +156,18 @@ def resolve(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: s
     run = Run(model, gpu, fmt, precision, settings, gpu_settings, config["formats"][fmt])
     run.converter  # noqa: B018 - raises if the precision cannot be made
     check_sizes(run)
+    check_task(run)
     return run
+
+
+def check_task(run: Run) -> None:
+    """A task metric needs trained weights: of a seeded-random network it would mean nothing."""
+    task = run.settings["accuracy"].get("task") or {}
+    if task.get("path") and not run.settings.get("checkpoint"):
+        raise ConfigError(
+            f"models.{run.model}.accuracy.task.path is set but models.{run.model}.checkpoint is "
+            "null: configure the trained checkpoint the task metric is meant to measure"
+        )
 
 
 def check_sizes(run: Run) -> None:
@@ -203,3 +224,33 @@ def all_runs(config: dict[str, Any]) -> list[str]:
                     except ConfigError:
                         continue
     return runs
+
+
+def reference_model(config: dict[str, Any], model: str, dataset: str | None) -> str:
+    """The model entry that reproduces the published ``model`` (on ``dataset``)."""
+    for name, settings in config["models"].items():
+        ref = settings.get("reference", {"model": name})
+        ref_dataset = ref.get("dataset", settings.get("dataset"))
+        if ref["model"] == model and (dataset is None or ref_dataset == dataset):
+            return str(name)
+    raise ConfigError(f"no model entry reproduces published model {model!r} on {dataset!r}")
+
+
+def reference_format(config: dict[str, Any], fmt: str, accelerator: str) -> str:
+    """The format entry for a published format and backend accelerator."""
+    for name, settings in config["formats"].items():
+        ref = settings.get("reference", {"format": name})
+        accelerators = ref.get("accelerators")
+        if ref["format"] == fmt and (accelerators is None or accelerator in accelerators):
+            return str(name)
+    raise ConfigError(f"no format entry serves published format {fmt!r} with {accelerator!r}")
+
+
+def reference_run(config: dict[str, Any], row: dict[str, Any]) -> Run:
+    """The run that reproduces one published result row (model, dataset, gpu, format, ...)."""
+    dataset = row.get("dataset")
+    model = reference_model(
+        config, str(row["model"]), dataset if isinstance(dataset, str) else None
+    )
+    fmt = reference_format(config, str(row["format"]), str(row.get("accelerator") or "none"))
+    return resolve(config, model, str(row["gpu"]), fmt, str(row["precision"]))

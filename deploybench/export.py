@@ -7,6 +7,7 @@ configured tolerance fails the export and leaves nothing behind.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import warnings
 from collections.abc import Callable
@@ -109,8 +110,20 @@ EXPORTERS: dict[tuple[str, str], Exporter] = {
 }
 
 
+# Exporters of other frameworks live in their own modules, imported only when needed (a
+# PyTorch job need not import TensorFlow, nor the reverse).
+FRAMEWORK_EXPORTERS = {"tensorflow": ("deploybench.export_tf", "TF_EXPORTERS")}
+
+
+def _exporters(framework: str) -> dict[tuple[str, str], Exporter]:
+    if framework in FRAMEWORK_EXPORTERS and not any(fw == framework for fw, _ in EXPORTERS):
+        module, name = FRAMEWORK_EXPORTERS[framework]
+        EXPORTERS.update(getattr(importlib.import_module(module), name))
+    return EXPORTERS
+
+
 def export_formats(framework: str) -> list[str]:
-    return sorted(fmt for fw, fmt in EXPORTERS if fw == framework)
+    return sorted(fmt for fw, fmt in _exporters(framework) if fw == framework)
 
 
 def export_model(
@@ -126,7 +139,7 @@ def export_model(
     source: str | Path | None = None,
 ) -> dict[str, Any]:
     """Export, verify in the runtime, and return the verification report."""
-    exporter = EXPORTERS.get((family.framework, export_format))
+    exporter = _exporters(family.framework).get((family.framework, export_format))
     if exporter is None:
         raise ValueError(
             f"unknown export format {export_format!r} for a {family.framework} model; "

@@ -45,6 +45,7 @@ def export(
     *,
     model: dict[str, Any],
     checkpoint: str,
+    source: str | None,
     export_format: str,
     precision: str,
     opset: int,
@@ -64,6 +65,7 @@ def export(
         out,
         opset=opset,
         tolerance=tolerance,
+        source=source,
     )
     log.info("exported %s; runtime check: %s", out, report)
     config = {
@@ -71,6 +73,7 @@ def export(
         "export_format": export_format,
         "precision": precision,
         "opset": opset,
+        "source": source,
     }
     write_json(provenance_out, provenance.collect(out, config, verification=report))
 
@@ -123,10 +126,19 @@ def accuracy(
     server_settings: dict[str, Any],
     run: dict[str, Any],
     out: str,
+    task_out: str,
     provenance_out: str,
     server_log: str,
 ) -> None:
-    from .accuracy import COLUMNS, AccuracyError, compare_outputs, format_failure, infer_triton
+    from .accuracy import (
+        COLUMNS,
+        TASK_COLUMNS,
+        AccuracyError,
+        compare_outputs,
+        format_failure,
+        infer_triton,
+        task_rows,
+    )
     from .checkpoint import read_workflow_checkpoint
     from .server import graceful_signals
 
@@ -136,17 +148,31 @@ def accuracy(
     module = family.serving_module(read_workflow_checkpoint(family, checkpoint))
     reference = family.framework_outputs(module, feeds)
 
+    task = settings.get("task") or {}
     with graceful_signals(), _server(repo, server_log, server_settings) as server:
         served = infer_triton(server.http_url, model_name, feeds, list(reference))
         server_info = server.metadata()
-    rows = compare_outputs(reference, served, settings["tolerance"], batch)
-    for row in rows:
-        log.info("accuracy %s", row)
-    if not all(r["passed"] for r in rows):
-        raise AccuracyError(
-            f"{run['path']}: Triton's output differs from the framework: {format_failure(rows)}"
+        rows = compare_outputs(reference, served, settings["tolerance"], batch)
+        for row in rows:
+            log.info("accuracy %s", row)
+        if not all(r["passed"] for r in rows):
+            raise AccuracyError(
+                f"{run['path']}: Triton's output differs from the framework: {format_failure(rows)}"
+            )
+        metrics = task_rows(
+            family,
+            task,
+            lambda batch_feeds: infer_triton(
+                server.http_url, model_name, batch_feeds, [s.name for s in family.outputs]
+            ),
         )
+    for metric in metrics:
+        log.info("task metric %s", metric)
+    failed = [m for m in metrics if m["passed"] is False]
+    if failed:
+        raise AccuracyError(f"{run['path']}: task metric below its threshold: {failed}")
     write_csv(out, rows, COLUMNS)
+    write_csv(task_out, metrics, TASK_COLUMNS)
     write_json(
         provenance_out,
         provenance.collect(out, {"accuracy": settings, **run}, tritonserver=server_info),

@@ -124,7 +124,10 @@ def build_repository(config: ModelConfig, artifact: Path, artifact_name: str, ou
         version = model_dir / "1"
         version.mkdir(parents=True)
         (model_dir / "config.pbtxt").write_text(config.to_pbtxt())
-        shutil.copy2(artifact, version / artifact_name)
+        if Path(artifact).is_dir():  # a SavedModel
+            shutil.copytree(artifact, version / artifact_name)
+        else:
+            shutil.copy2(artifact, version / artifact_name)
         if config.backend == "python":
             shutil.copy2(PACKAGE_DIR / "triton_model.py", version / "model.py")
             shutil.copy2(PACKAGE_DIR / "runtime.py", version / "runtime.py")

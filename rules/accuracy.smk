@@ -1,9 +1,10 @@
 rule accuracy:
     input:
         repository=repository_of,
-        checkpoint=lambda w: CHECKPOINT.format(model=w.model),
+        checkpoint=lambda w: checkpoint_of(w.model),
     output:
         csv=f"{RUN_DIR}/accuracy.csv",
+        task=f"{RUN_DIR}/task.csv",
         provenance=f"{RUN_DIR}/accuracy.provenance.json",
     log:
         job=f"{LOG_DIR}/accuracy.log",

@@ -1,11 +1,11 @@
 rule prepare_checkpoint:
     input:
-        configured_checkpoint,
+        checkpoint_name,
     output:
         checkpoint=CHECKPOINT,
-        provenance="results/{model}/checkpoint/checkpoint.provenance.json",
+        provenance="results/{model}/checkpoint/{checkpoint_file}.provenance.json",
     log:
-        "logs/{model}/checkpoint.log",
+        "logs/{model}/{checkpoint_file}.log",
     container:
         image("framework")
     resources:

@@ -4,10 +4,12 @@
 # message naming the value and the valid choices.
 
 import functools
+import re
 
 from snakemake.utils import validate
 
 from deploybench import config as dbconfig
+from deploybench.models import CHECKPOINT_FILES, framework_of
 from deploybench.repository import serving
 
 SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
@@ -23,15 +25,28 @@ wildcard_constraints:
     export_format=r"[a-z0-9-]+",
     export_precision=r"[a-z0-9]+",
     artifact=r"model\.[a-z]+",
+    checkpoint_file=r"checkpoint\.[a-z]+",
 
 
 RUN_DIR = "results/{model}/{gpu}/{format}/{precision}"
 LOG_DIR = "logs/{model}/{gpu}/{format}/{precision}"
-CHECKPOINT = "results/{model}/checkpoint/checkpoint.pt"
+CHECKPOINT = "results/{model}/checkpoint/{checkpoint_file}"
 EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"
 CONVERTED = f"{RUN_DIR}/convert/{{artifact}}"
 REPOSITORY = f"{RUN_DIR}/repository"
 RESULT_FILES = ("accuracy.csv", "offline.csv", "online.csv")
+# Artifacts that are directories (a TF SavedModel) get their own rule variants.
+DIRECTORY_ARTIFACTS = sorted(
+    {f["artifact"] for f in config["formats"].values() if f.get("directory")}
+)
+FILE_ARTIFACTS = sorted(
+    {f["artifact"] for f in config["formats"].values()} - set(DIRECTORY_ARTIFACTS)
+)
+
+
+def one_of(names):
+    """A wildcard constraint matching exactly ``names``."""
+    return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
 @functools.cache
@@ -94,24 +109,56 @@ def configured_checkpoint(wildcards):
     return [source] if source else []
 
 
+def checkpoint_of(model):
+    """The workflow's checkpoint file of ``model`` (its name depends on the framework)."""
+    framework = framework_of(model_base(model)["module"])
+    return CHECKPOINT.format(model=model, checkpoint_file=CHECKPOINT_FILES[framework])
+
+
+def checkpoint_name(wildcards):
+    """Check that the requested checkpoint file is the one the model's framework writes."""
+    expected = checkpoint_of(wildcards.model)
+    requested = CHECKPOINT.format(**wildcards)
+    if requested != expected:
+        raise dbconfig.ConfigError(f"model {wildcards.model!r} writes {expected!r}, not {requested!r}")
+    return configured_checkpoint(wildcards)
+
+
 def export_artifact(wildcards):
     """Check that the requested export file is the one its format produces."""
-    expected = config["formats"][wildcards.export_format]["artifact"]
-    if wildcards.artifact != expected:
+    fmt = wildcards.export_format
+    artifacts = {f["artifact"] for f in config["formats"].values() if f["export"] == fmt}
+    if wildcards.artifact not in artifacts:
         raise dbconfig.ConfigError(
-            f"export format {wildcards.export_format!r} writes {expected!r}, "
+            f"export format {fmt!r} writes {' or '.join(sorted(artifacts)) or 'nothing'}, "
             f"not {wildcards.artifact!r}"
         )
-    return CHECKPOINT.format(model=wildcards.model)
+    return checkpoint_of(wildcards.model)
+
+
+def export_source(wildcards):
+    """The export this export is made from, if the model makes it from another one."""
+    model = model_base(wildcards.model)
+    source = model["export"].get("sources", {}).get(wildcards.export_format)
+    if source is None:
+        return []
+    return [export_path(wildcards.model, source, wildcards.export_precision)]
+
+
+def export_path(model, export_format, precision):
+    formats = [f for f in config["formats"].values() if f["export"] == export_format]
+    if not formats:
+        raise dbconfig.ConfigError(f"no format exports {export_format!r}")
+    return EXPORT.format(
+        model=model,
+        export_format=export_format,
+        export_precision=precision,
+        artifact=formats[0]["artifact"],
+    )
 
 
 def export_of(run):
-    return EXPORT.format(
-        model=run.model,
-        export_format=run.export_format,
-        export_precision=run.export_precision,
-        artifact=config["formats"][run.export_format]["artifact"],
-    )
+    return export_path(run.model, run.export_format, run.export_precision)
 
 
 def served_artifact(wildcards):

@@ -1,11 +1,16 @@
+# Exports are device-independent: one per model, export format and precision. An export may be
+# made from another export of the same model (`export.sources` in its config).
 rule export:
     input:
         checkpoint=export_artifact,
+        source=export_source,
     output:
         artifact=EXPORT,
-        provenance="results/{model}/export/{export_format}/{export_precision}/{artifact}.provenance.json",
+        provenance=f"{EXPORT}.provenance.json",
     log:
         "logs/{model}/export/{export_format}/{export_precision}/{artifact}.log",
+    wildcard_constraints:
+        artifact=one_of(FILE_ARTIFACTS),
     container:
         image("framework")
     resources:
@@ -16,3 +21,12 @@ rule export:
         tolerance=lambda w: model_base(w.model)["export"]["tolerance"],
     script:
         "../scripts/export.py"
+
+
+# A SavedModel is a directory.
+use rule export as export_directory with:
+    output:
+        artifact=directory(EXPORT),
+        provenance=f"{EXPORT}.provenance.json",
+    wildcard_constraints:
+        artifact=one_of(DIRECTORY_ARTIFACTS),

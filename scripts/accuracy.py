@@ -13,6 +13,7 @@ jobs.accuracy(
     server_settings=smk.params.server,
     run=smk.params.run,
     out=smk.output.csv,
+    task_out=smk.output.task,
     provenance_out=smk.output.provenance,
     server_log=smk.log.server,
 )

@@ -1,4 +1,4 @@
-"""Rule `export`: the checkpoint exported to ONNX / TorchScript and checked in its runtime."""
+"""Rules `export`/`export_directory`: the checkpoint (or another export) exported and checked."""
 
 from deploybench import jobs
 
@@ -7,6 +7,7 @@ jobs.setup_logging(smk.log[0])
 jobs.export(
     model=smk.params.model,
     checkpoint=smk.input.checkpoint,
+    source=smk.input.source[0] if smk.input.source else None,
     export_format=smk.wildcards.export_format,
     precision=smk.wildcards.export_precision,
     opset=smk.params.opset,

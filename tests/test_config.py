@@ -59,15 +59,15 @@ def test_auto_online_grid_matches_published_tft_rows(config):
         (("bert2", "cpu", "onnx", "fp32"), "unknown model 'bert2'; valid choices: tft"),
         (
             ("tft", "H100", "onnx", "fp32"),
-            "unknown gpu 'H100'; valid choices: A100, A30, T4, V100, cpu",
+            "unknown gpu 'H100'; valid choices: A100, A30, A40, T4, V100, cpu",
         ),
         (
             ("tft", "cpu", "savedmodel", "fp32"),
-            "unknown format 'savedmodel'; valid choices: onnx, trt, ts-trace",
+            "unknown format 'savedmodel'; valid choices: onnx, onnx-trt, tf-savedmodel, tf-trt, trt, ts-script, ts-trace",
         ),
         (
             ("tft", "cpu", "trt", "fp32"),
-            "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, ts-trace",
+            "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, tf-savedmodel, ts-script, ts-trace",
         ),
         (
             ("tft", "cpu", "onnx", "fp16"),

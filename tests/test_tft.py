@@ -156,7 +156,8 @@ def test_export_loads_in_runtime_and_matches(family, tmp_path, fmt, runtime):
 
 def test_export_rejects_bad_format_without_output(family, tmp_path):
     with pytest.raises(
-        ValueError, match="unknown export format 'tflite' for a pytorch model; valid choices: onnx, ts-script, ts-trace"
+        ValueError,
+        match="unknown export format 'tflite' for a pytorch model; valid choices: onnx, ts-script, ts-trace",
     ):
         export_model(family, family.init_state(0), "tflite", "fp32", tmp_path / "m", tolerance={})
     assert not any(tmp_path.iterdir())

@@ -202,7 +202,7 @@ def test_gpu_target_resolves_full_chain(fresh):
         ),
         (
             "results/tft/cpu/trt/fp32/online.csv",
-            "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, ts-trace",
+            "format 'trt' does not run on gpu 'cpu'; valid choices: onnx, tf-savedmodel, ts-script, ts-trace",
         ),
     ],
 )

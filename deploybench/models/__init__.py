@@ -9,6 +9,7 @@ from ..tensors import TensorSpec
 from .base import Batch, Family, KerasFamily, TorchFamily
 
 __all__ = [
+    "CHECKPOINT_FILES",
     "FAMILIES",
     "Batch",
     "Family",
@@ -25,6 +26,10 @@ __all__ = [
 FAMILIES: dict[str, tuple[str, str, str]] = {
     "tft": ("deploybench.models.tft", "TFTFamily", "pytorch"),
 }
+
+# The workflow's checkpoint file per framework: torch archives for PyTorch, numpy archives for
+# Keras (a TensorFlow container has no torch).
+CHECKPOINT_FILES = {"pytorch": "checkpoint.pt", "tensorflow": "checkpoint.npz"}
 
 
 def framework_of(module: str) -> str:

@@ -12,8 +12,11 @@ as one zero column) and one output ``target__0`` of shape ``[batch, horizon, qua
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -21,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..tensors import TensorSpec
-from .base import TorchFamily
+from .base import Batch, TorchFamily
 
 
 @dataclass(frozen=True)
@@ -480,6 +483,69 @@ class TFTFamily(TorchFamily):
             else:
                 out[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
         return out
+
+    def dataset_batches(
+        self, path: str | Path, batch_size: int, limit: int | None
+    ) -> Iterator[Batch]:
+        """Batches of the test split at ``path``, at most ``limit`` examples (None: all).
+
+        ``path`` is DLE's processed data-set directory (``<dataset>_bin`` holding ``test.bin`` and
+        ``tgt_scalers.bin``) or a ``.npz`` file (or a directory holding ``test.npz``) in the
+        layout of :func:`read_npz_examples`. Feeds follow the Triton signature; labels are
+        ``{"target": unscaled future target [n, horizon], "target_scale": [n, 2] (mean, std)}``,
+        the scale being what un-scales this batch's predictions.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        source = open_test_examples(Path(path), self.cfg)
+        count = source.count if limit is None else min(limit, source.count)
+        for start in range(0, count, batch_size):
+            groups, scale = source.take(start, min(start + batch_size, count))
+            yield self._feeds(groups), self._labels(groups["target"], scale)
+
+    def task_metric(
+        self, outputs: list[dict[str, np.ndarray]], labels: list[Any]
+    ) -> dict[str, float]:
+        """DLE's normalised quantile risk of the un-scaled forecasts, P50 first."""
+        if 0.5 not in self.cfg.quantiles:
+            raise ValueError(f"{self.metric_name} needs the 0.5 quantile; got {self.cfg.quantiles}")
+        if not outputs or len(outputs) != len(labels):
+            raise ValueError(f"need one label per output batch; got {len(outputs)}, {len(labels)}")
+        scaled = np.concatenate([o[self.outputs[0].name] for o in outputs]).astype(np.float64)
+        scale = np.concatenate([lab["target_scale"] for lab in labels]).astype(np.float64)
+        target = np.concatenate([lab["target"] for lab in labels])
+        # Predictions are in the model's standardised units: un-scale per example, as DLE does
+        # per series (electricity) or with the one global scaler (traffic).
+        pred = scaled * scale[:, 1, None, None] + scale[:, 0, None, None]
+        risks = quantile_risk(pred, target, self.cfg.quantiles)
+        ordered = ["p50", *(k for k in risks if k != "p50")]
+        return {f"quantile_risk_{k}": risks[k] for k in ordered}
+
+    def _feeds(self, groups: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The eight Triton inputs; groups the model does not use go as one zero column."""
+        n = len(groups["target"])
+        feeds = {}
+        for spec in self.inputs:
+            group = spec.name.rsplit("__", 1)[0]
+            if spec.shape == (1,) and group not in ("target", "id"):
+                feeds[spec.name] = np.zeros((n, 1), dtype=spec.dtype)
+                continue
+            if group not in groups:
+                raise ValueError(f"the data set has no {group!r} inputs, which the model needs")
+            values = np.ascontiguousarray(groups[group], dtype=spec.dtype)
+            if values.shape != (n, *spec.shape):
+                raise ValueError(
+                    f"data-set group {group!r} has shape {values.shape[1:]} per example; "
+                    f"the configured model expects {spec.shape}"
+                )
+            feeds[spec.name] = values
+        return feeds
+
+    def _labels(self, target: np.ndarray, scale: np.ndarray) -> dict[str, np.ndarray]:
+        """The un-scaled future target of the first target channel (DLE scores only that)."""
+        future = target[:, self.cfg.encoder_length :, 0].astype(np.float64)
+        scale = np.asarray(scale, dtype=np.float64)
+        return {"target": future * scale[:, 1:2] + scale[:, 0:1], "target_scale": scale}
 
 
 def _plain_config(cfg: TFTConfig) -> dict[str, Any]:

@@ -1,0 +1,299 @@
+"""ResNet-50 v1.5 (TensorFlow/Keras) as deployed by DeepLearningExamples' TF ConvNets.
+
+A Keras re-implementation of the network DLE's ``Classification/ConvNets`` trains and deploys on
+Triton (``model/resnet.py``): v1.5 bottlenecks (the stride of a down-sampling block sits on its
+3×3 convolution, not on the first 1×1 as in the original v1 and in ``keras.applications``),
+bias-free convolutions each followed by batch norm (ε 1e-5, momentum 0.9), "SAME" padding
+everywhere, a projection shortcut wherever the width changes, global mean pooling and a 1001-way
+dense layer. Initialisation is DLE's: variance scaling ×2, fan-out, truncated normal.
+
+The Triton interface is DLE's SavedModel signature: one input ``input`` of raw RGB pixels
+(float32, NHWC ``[224, 224, 3]``, 0…255; the per-channel mean/std normalisation is part of the
+graph, as in DLE) and two outputs, ``classes`` (int32 arg-max) and ``probabilities`` (float32
+soft-max over 1001 classes). ``classes`` is served as ``[1]`` per image: Triton's batched
+tensors need at least one dimension besides the batch.
+
+Class ids are DLE's: its TFRecord reader subtracts one from the 1-based ImageNet label, so class
+``k`` is the ``k``-th synset in sorted WNID order (0…999) and the 1001st output is never a target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..tensors import TensorSpec
+from .base import Batch, KerasFamily
+
+# DLE's utils/data_utils.py: per-channel RGB mean and std of ImageNet, in pixel units.
+CHANNEL_MEANS = (123.68, 116.28, 103.53)
+CHANNEL_STDS = (58.395, 57.120, 57.385)
+# DLE's eval pre-processing: shorter side to 256, central 224 crop (scaled with image_size).
+RESIZE_MIN_AT_224 = 256
+BN_EPSILON = 1e-5
+BN_MOMENTUM = 0.9
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+LABEL_FILES = ("val.txt", "labels.txt")
+
+
+@dataclass(frozen=True)
+class ResNet50Config:
+    """Hyper-parameters; the defaults are DLE's ``resnet50`` (``rn50_model.py``, ``resnet.py``)."""
+
+    image_size: int = 224
+    num_classes: int = 1001
+    # Bottleneck blocks per stage and the bottleneck width of the first stage (doubled per stage).
+    blocks: tuple[int, ...] = (3, 4, 6, 3)
+    width: int = 64
+    expansion: int = 4
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> ResNet50Config:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown ResNet-50 hyper-parameters {unknown}; valid: {sorted(known)}")
+        plain = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**plain)  # type: ignore[arg-type]
+
+
+def _conv_init() -> Any:
+    import keras
+
+    # DLE: variance_scaling_initializer(scale=2.0, distribution="truncated_normal", mode=fan_out)
+    return keras.initializers.VarianceScaling(
+        scale=2.0, mode="fan_out", distribution="truncated_normal"
+    )
+
+
+def _conv_bn(x: Any, filters: int, kernel: int, stride: int, name: str, relu: bool) -> Any:
+    """Convolution (no bias: batch norm follows), batch norm, optional ReLU; DLE's conv2d_block."""
+    from keras import layers
+
+    x = layers.Conv2D(
+        filters,
+        kernel,
+        strides=stride,
+        padding="same",
+        use_bias=False,
+        kernel_initializer=_conv_init(),
+        name=f"{name}_conv",
+    )(x)
+    x = layers.BatchNormalization(epsilon=BN_EPSILON, momentum=BN_MOMENTUM, name=f"{name}_bn")(x)
+    return layers.ReLU(name=f"{name}_relu")(x) if relu else x
+
+
+def _bottleneck(x: Any, width: int, expansion: int, stride: int, name: str) -> Any:
+    """v1.5 bottleneck: 1×1 → 3×3 (carries the stride) → 1×1, plus the shortcut."""
+    from keras import layers
+
+    depth = width * expansion
+    if x.shape[-1] != depth:
+        shortcut = _conv_bn(x, depth, 1, stride, f"{name}_shortcut", relu=False)
+    elif stride != 1:
+        # DLE sub-samples an identity shortcut with a 1×1 average pool (unused by ResNet-50).
+        shortcut = layers.AveragePooling2D(1, strides=stride, name=f"{name}_shortcut_pool")(x)
+    else:
+        shortcut = x
+    y = _conv_bn(x, width, 1, 1, f"{name}_1", relu=True)
+    y = _conv_bn(y, width, 3, stride, f"{name}_2", relu=True)
+    y = _conv_bn(y, depth, 1, 1, f"{name}_3", relu=False)
+    y = layers.Add(name=f"{name}_add")([shortcut, y])
+    return layers.ReLU(name=f"{name}_out")(y)
+
+
+def build_resnet50(cfg: ResNet50Config) -> Any:
+    """The serving network: raw pixels in, ``[classes, probabilities]`` out.
+
+    Every layer is named explicitly, so two builds give identical variable paths (the keys of
+    the workflow's checkpoint).
+    """
+    import keras
+    from keras import layers, ops
+
+    pixels = keras.Input((cfg.image_size, cfg.image_size, 3), dtype="float32", name="input")
+    mean = np.array(CHANNEL_MEANS, dtype=np.float32)
+    std = np.array(CHANNEL_STDS, dtype=np.float32)
+    x = layers.Rescaling(1.0 / std, offset=-mean / std, name="normalize")(pixels)
+    x = _conv_bn(x, cfg.width, 7, 2, "stem", relu=True)
+    x = layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+    for stage, count in enumerate(cfg.blocks):
+        for block in range(count):
+            stride = 2 if block == 0 and stage > 0 else 1
+            x = _bottleneck(
+                x, cfg.width * 2**stage, cfg.expansion, stride, f"stage{stage}_block{block}"
+            )
+    x = layers.GlobalAveragePooling2D(name="spatial_mean")(x)
+    logits = layers.Dense(
+        cfg.num_classes,
+        kernel_initializer=_conv_init(),
+        bias_initializer="zeros",
+        name="logits",
+    )(x)
+    probabilities = layers.Softmax(name="probabilities")(logits)
+    classes = layers.Lambda(
+        lambda t: ops.expand_dims(ops.cast(ops.argmax(t, axis=-1), "int32"), -1),
+        output_shape=(1,),
+        name="classes",
+    )(logits)
+    return keras.Model(pixels, [classes, probabilities], name="resnet50_v1_5")
+
+
+class ResNet50Family(KerasFamily):
+    """The workflow's view of DLE's TF ResNet-50 v1.5: signature, build, data set, top-1."""
+
+    name = "ResNet-50"
+    metric_name = "top1"
+    higher_is_better = True
+
+    def __init__(self, hparams: dict[str, Any]) -> None:
+        self.cfg = ResNet50Config.from_mapping(hparams)
+        size = self.cfg.image_size
+        self.inputs = [TensorSpec("input", "float32", (size, size, 3))]
+        # Alphabetical order: tf2onnx writes a SavedModel's outputs sorted by name.
+        self.outputs = [
+            TensorSpec("classes", "int32", (1,)),
+            TensorSpec("probabilities", "float32", (self.cfg.num_classes,)),
+        ]
+
+    def build(self) -> Any:
+        return build_resnet50(self.cfg)
+
+    def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+        """Random pixels in 0…255, the range DLE's data loader feeds."""
+        rng = np.random.default_rng(seed)
+        shape = (batch, *self.inputs[0].shape)
+        return {"input": rng.uniform(0.0, 255.0, size=shape).astype(np.float32)}
+
+    def dataset_batches(
+        self, path: str | Path, batch_size: int, limit: int | None
+    ) -> Iterator[Batch]:
+        """ImageNet validation images as pixels and 0-based class ids (see ``read_imagenet``)."""
+        images, labels = [], []
+        for count, (pixels, label) in enumerate(read_imagenet(path, self.cfg.image_size)):
+            if limit is not None and count >= limit:
+                break
+            images.append(pixels)
+            labels.append(label)
+            if len(images) == batch_size:
+                yield _batch(images, labels)
+                images, labels = [], []
+        if images:
+            yield _batch(images, labels)
+
+    def task_metric(
+        self, outputs: list[dict[str, np.ndarray]], labels: list[Any]
+    ) -> dict[str, float]:
+        return top_k_accuracy(outputs, labels)
+
+
+def _batch(images: list[np.ndarray], labels: list[int]) -> Batch:
+    return {"input": np.stack(images)}, np.asarray(labels, dtype=np.int64)
+
+
+def top_k_accuracy(outputs: list[dict[str, np.ndarray]], labels: list[Any]) -> dict[str, float]:
+    """Top-1 from ``classes`` (DLE's ``triton/metrics.py``: ``classes == label``), and top-5
+    from ``probabilities`` when the outputs hold them. Labels are DLE's 0-based class ids."""
+    truth = np.concatenate([np.asarray(y).reshape(-1) for y in labels])
+    predicted = np.concatenate([np.asarray(o["classes"]).reshape(-1) for o in outputs])
+    if predicted.shape != truth.shape:
+        raise ValueError(f"{predicted.size} predictions for {truth.size} labels")
+    if truth.size == 0:
+        raise ValueError("no labelled images to score")
+    metrics = {"top1": float(np.mean(predicted == truth))}
+    if all("probabilities" in o for o in outputs):
+        probabilities = np.concatenate([o["probabilities"] for o in outputs])
+        top5 = np.argsort(-probabilities, axis=1, kind="stable")[:, :5]
+        metrics["top5"] = float(np.mean((top5 == truth[:, None]).any(axis=1)))
+    return metrics
+
+
+def read_imagenet(path: str | Path, image_size: int) -> Iterator[tuple[np.ndarray, int]]:
+    """``(pixels, class id)`` for each validation image under ``path``, in a stable order.
+
+    Three layouts, checked in this order:
+
+    - a label file ``val.txt`` or ``labels.txt`` with lines ``<image file> <class id>`` (paths
+      relative to ``path``);
+    - TFRecord files ``validation-*`` (DLE's ImageNet TFRecords, 1-based labels: one is
+      subtracted, as DLE's reader does);
+    - one folder per class id holding its images (what DLE's ``triton/process_dataset.py``
+      writes, and its Triton data loader reads).
+
+    Class ids are 0-based, sorted-WNID order. Images are RGB; one that is not already
+    ``image_size`` square gets DLE's eval pre-processing (aspect-preserving bilinear resize of
+    the shorter side to 256·size/224, central crop).
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"ImageNet validation folder {str(root)!r} not found")
+    label_file = next((root / n for n in LABEL_FILES if (root / n).is_file()), None)
+    records = sorted(root.glob("validation-*"))
+    if label_file is not None:
+        items: Iterator[tuple[bytes, int]] = _listed_images(root, label_file)
+    elif records:
+        items = _tfrecord_images(records)
+    else:
+        items = _class_folder_images(root)
+    found = False
+    for encoded, label in items:
+        found = True
+        yield _preprocess(encoded, image_size), label
+    if not found:
+        raise ValueError(
+            f"no images under {root}: expected {' or '.join(LABEL_FILES)}, validation-* "
+            "TFRecords, or one folder per class id"
+        )
+
+
+def _listed_images(root: Path, label_file: Path) -> Iterator[tuple[bytes, int]]:
+    for number, line in enumerate(label_file.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.rsplit(maxsplit=1)
+        if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+            raise ValueError(f"{label_file}:{number}: expected '<image file> <class id>'")
+        yield (root / parts[0]).read_bytes(), int(parts[1])
+
+
+def _class_folder_images(root: Path) -> Iterator[tuple[bytes, int]]:
+    folders = sorted((d for d in root.iterdir() if d.is_dir() and d.name.isdigit()), key=_id)
+    for folder in folders:
+        for image in sorted(folder.rglob("*")):
+            if image.suffix.lower() in IMAGE_SUFFIXES:
+                yield image.read_bytes(), int(folder.name)
+
+
+def _id(folder: Path) -> int:
+    return int(folder.name)
+
+
+def _tfrecord_images(records: list[Path]) -> Iterator[tuple[bytes, int]]:
+    import tensorflow as tf
+
+    features = {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    }
+    for record in tf.data.TFRecordDataset([str(r) for r in records]):
+        example = tf.io.parse_single_example(record, features)
+        yield example["image/encoded"].numpy(), int(example["image/class/label"]) - 1
+
+
+def _preprocess(encoded: bytes, image_size: int) -> np.ndarray:
+    import tensorflow as tf
+
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    height, width = int(image.shape[0]), int(image.shape[1])
+    if (height, width) != (image_size, image_size):
+        resize_min = RESIZE_MIN_AT_224 * image_size / 224
+        scale = resize_min / min(height, width)
+        new_height, new_width = int(height * scale), int(width * scale)
+        image = tf.image.resize(image, [new_height, new_width], method="bilinear")
+        top, left = (new_height - image_size) // 2, (new_width - image_size) // 2
+        image = image[top : top + image_size, left : left + image_size]
+    return np.asarray(image, dtype=np.float32)
