@@ -22,3 +22,9 @@ rule all:
     default_target: True
     input:
         target_results(),
+
+
+# Every model in every format and precision that runs on the embedded CPU default.
+rule cpu:
+    input:
+        gpu_results("cpu"),

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-RUNTIMES = ("onnxruntime", "torchscript")
+RUNTIMES = ("onnxruntime", "torchscript", "tensorflow")
 
 
 class Runner:
@@ -67,6 +67,48 @@ class TorchScriptRunner(Runner):
         return [o.numpy() for o in outs]
 
 
+class TensorFlowRunner(Runner):
+    """A SavedModel's ``serving_default`` signature: named inputs in, a dict of outputs out."""
+
+    def __init__(
+        self, path: Path, threads: int, input_names: Sequence[str], output_names: Sequence[str]
+    ) -> None:
+        import tensorflow as tf  # imported here: only this runtime needs it
+
+        _set_tensorflow_threads(tf, threads)
+        self.tf = tf
+        self.model = tf.saved_model.load(str(path))
+        self.signature = self.model.signatures["serving_default"]
+        declared = self.signature.structured_input_signature[1]
+        self.input_names = [n for n in input_names if n in declared]
+        missing = sorted(set(declared) - set(self.input_names))
+        if missing:
+            raise ValueError(f"{path}: the serving signature needs inputs {missing} not served")
+        self.output_names = list(output_names)
+        unknown = sorted(set(self.output_names) - set(self.signature.structured_outputs))
+        if unknown:
+            raise ValueError(f"{path}: the serving signature has no outputs {unknown}")
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        tf = self.tf
+        out = self.signature(**{n: tf.constant(feeds[n]) for n in self.input_names})
+        return [out[n].numpy() for n in self.output_names]
+
+
+def _set_tensorflow_threads(tf: Any, threads: int) -> None:
+    """Thread pools as for onnxruntime: ``threads`` per op (0: TF picks), ops one at a time.
+
+    TensorFlow fixes its pools when its runtime starts; in a process where it already runs
+    (a test, an export check) the call is refused and the existing pools are kept.
+    """
+    try:
+        if threads > 0:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        pass
+
+
 def load_runner(
     runtime: str,
     path: str | Path,
@@ -79,4 +121,6 @@ def load_runner(
         return OnnxRuntimeRunner(Path(path), threads)
     if runtime == "torchscript":
         return TorchScriptRunner(Path(path), threads, input_names, output_names)
+    if runtime == "tensorflow":
+        return TensorFlowRunner(Path(path), threads, input_names, output_names)
     raise ValueError(f"unknown runtime {runtime!r}; valid choices: {', '.join(RUNTIMES)}")

@@ -34,7 +34,7 @@ CHECKPOINT = "results/{model}/checkpoint/{checkpoint_file}"
 EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"
 CONVERTED = f"{RUN_DIR}/convert/{{artifact}}"
 REPOSITORY = f"{RUN_DIR}/repository"
-RESULT_FILES = ("accuracy.csv", "offline.csv", "online.csv")
+RESULT_FILES = ("accuracy.csv", "task.csv", "offline.csv", "online.csv")
 # Artifacts that are directories (a TF SavedModel) get their own rule variants.
 DIRECTORY_ARTIFACTS = sorted(
     {f["artifact"] for f in config["formats"].values() if f.get("directory")}
@@ -72,14 +72,24 @@ def in_run(pattern, run, **extra):
     )
 
 
-def target_results():
-    """The accuracy and perf CSVs of every run listed under `targets` in the config."""
+def results_of(paths):
+    """The accuracy and perf CSVs of runs given as ``model/gpu/format/precision``."""
     files = []
-    for target in config["targets"]:
-        model, gpu, fmt, precision = target.split("/")
+    for path in paths:
+        model, gpu, fmt, precision = path.split("/")
         run = dbconfig.resolve(config, model, gpu, fmt, precision)
         files += [f"{in_run(RUN_DIR, run)}/{name}" for name in RESULT_FILES]
     return files
+
+
+def target_results():
+    """The results of every run listed under `targets` in the config."""
+    return results_of(config["targets"])
+
+
+def gpu_results(gpu):
+    """The results of every run the config allows on ``gpu`` (every model, format, precision)."""
+    return results_of(r for r in dbconfig.all_runs(config) if r.split("/")[1] == gpu)
 
 
 def model_base(model):
@@ -120,14 +130,18 @@ def checkpoint_name(wildcards):
     expected = checkpoint_of(wildcards.model)
     requested = CHECKPOINT.format(**wildcards)
     if requested != expected:
-        raise dbconfig.ConfigError(f"model {wildcards.model!r} writes {expected!r}, not {requested!r}")
+        raise dbconfig.ConfigError(
+            f"model {wildcards.model!r} writes {expected!r}, not {requested!r}"
+        )
     return configured_checkpoint(wildcards)
 
 
 def export_artifact(wildcards):
     """Check that the requested export file is the one its format produces."""
     fmt = wildcards.export_format
-    artifacts = {f["artifact"] for f in config["formats"].values() if f["export"] == fmt}
+    artifacts = {
+        f["artifact"] for f in config["formats"].values() if f["export"] == fmt
+    }
     if wildcards.artifact not in artifacts:
         raise dbconfig.ConfigError(
             f"export format {fmt!r} writes {' or '.join(sorted(artifacts)) or 'nothing'}, "

@@ -56,7 +56,9 @@ class ResNet50Config:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown ResNet-50 hyper-parameters {unknown}; valid: {sorted(known)}")
+            raise ValueError(
+                f"unknown ResNet-50 hyper-parameters {unknown}; valid: {sorted(known)}"
+            )
         plain = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
         return cls(**plain)  # type: ignore[arg-type]
 
@@ -113,7 +115,8 @@ def build_resnet50(cfg: ResNet50Config) -> Any:
     the workflow's checkpoint).
     """
     import keras
-    from keras import layers, ops
+    import tensorflow as tf
+    from keras import layers
 
     pixels = keras.Input((cfg.image_size, cfg.image_size, 3), dtype="float32", name="input")
     mean = np.array(CHANNEL_MEANS, dtype=np.float32)
@@ -135,8 +138,10 @@ def build_resnet50(cfg: ResNet50Config) -> Any:
         name="logits",
     )(x)
     probabilities = layers.Softmax(name="probabilities")(logits)
+    # tf.argmax, not keras.ops.argmax: Keras' version goes through a Bitcast (for -0.0) that
+    # tf2onnx passes on and no ONNX opset defines.
     classes = layers.Lambda(
-        lambda t: ops.expand_dims(ops.cast(ops.argmax(t, axis=-1), "int32"), -1),
+        lambda t: tf.expand_dims(tf.argmax(t, axis=-1, output_type=tf.int32), -1),
         output_shape=(1,),
         name="classes",
     )(logits)
@@ -172,16 +177,17 @@ class ResNet50Family(KerasFamily):
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None
     ) -> Iterator[Batch]:
-        """ImageNet validation images as pixels and 0-based class ids (see ``read_imagenet``)."""
-        images, labels = [], []
-        for count, (pixels, label) in enumerate(read_imagenet(path, self.cfg.image_size)):
-            if limit is not None and count >= limit:
-                break
+        """ImageNet validation images as pixels and 0-based class ids (see ``read_imagenet``),
+        at most ``limit`` batches (DLE's accuracy check used 256 images)."""
+        images, labels, batches = [], [], 0
+        for pixels, label in read_imagenet(path, self.cfg.image_size):
             images.append(pixels)
             labels.append(label)
             if len(images) == batch_size:
                 yield _batch(images, labels)
-                images, labels = [], []
+                images, labels, batches = [], [], batches + 1
+                if limit is not None and batches >= limit:
+                    return
         if images:
             yield _batch(images, labels)
 

@@ -8,6 +8,10 @@ Parameter names follow DLE's checkpoint layout (``checkpoint.pt`` = ``{"model": 
 
 The Triton interface is DLE's: eight inputs ``s_cat__0 … id__7`` (absent feature groups are sent
 as one zero column) and one output ``target__0`` of shape ``[batch, horizon, quantiles]``.
+
+The task metric is DLE's normalised quantile risk (P10 / P50 / P90 in its README) on un-scaled
+forecasts; the test data is read from DLE's processed ``test.bin``/``tgt_scalers.bin`` (plain
+pickles, loaded without DLE's code or sklearn) or from a documented ``.npz`` layout.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -551,3 +556,250 @@ class TFTFamily(TorchFamily):
 def _plain_config(cfg: TFTConfig) -> dict[str, Any]:
     """The hyper-parameters as plain types, so the checkpoint loads with ``weights_only``."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()}
+
+
+# --- Task metric ---------------------------------------------------------------------------------
+
+
+def quantile_risk(
+    pred: np.ndarray, target: np.ndarray, quantiles: tuple[float, ...] | list[float]
+) -> dict[str, float]:
+    """Normalised quantile risk per quantile, keyed ``p10``, ``p50``, …; lower is better.
+
+    ``pred`` is ``[N, H, Q]``, ``target`` ``[N, H]``, both un-scaled. As DLE's ``qrisk``:
+    ``2 * Σ max(q·(y-ŷ), (q-1)·(y-ŷ)) / Σ |y|`` over every example and horizon step.
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    target = np.asarray(target, dtype=np.float64)
+    q = np.asarray(quantiles, dtype=np.float64)
+    if pred.shape != (*target.shape, len(q)):
+        raise ValueError(
+            f"predictions {pred.shape} do not match targets {target.shape} with {len(q)} quantiles"
+        )
+    normalizer = np.abs(target).sum()
+    if not normalizer > 0:
+        raise ValueError("quantile risk is undefined when every target is zero")
+    error = target[..., None] - pred
+    loss = np.maximum(q * error, (q - 1) * error).reshape(-1, len(q)).sum(axis=0)
+    return {f"p{round(qi * 100)}": float(2 * li / normalizer) for qi, li in zip(q, loss)}
+
+
+# --- Test data ----------------------------------------------------------------------------------
+
+DLE_TEST_FILE = "test.bin"
+DLE_SCALERS_FILE = "tgt_scalers.bin"
+NPZ_TEST_FILE = "test.npz"
+
+
+class ExampleSource(Protocol):
+    """Examples of a test split by index: input groups ``[n, T, width]`` and the target's
+    ``[n, 2]`` (mean, std) that un-scales them."""
+
+    @property
+    def count(self) -> int: ...
+
+    def take(self, start: int, stop: int) -> tuple[dict[str, np.ndarray], np.ndarray]: ...
+
+
+def open_test_examples(path: Path, cfg: TFTConfig) -> ExampleSource:
+    """The test split at ``path``: DLE's ``test.bin`` directory or the ``.npz`` layout."""
+    if path.is_dir() and (path / DLE_TEST_FILE).exists():
+        return read_dle_test_split(path, cfg)
+    npz = path / NPZ_TEST_FILE if path.is_dir() else path
+    if npz.suffix == ".npz" and npz.is_file():
+        return read_npz_examples(npz)
+    raise FileNotFoundError(
+        f"no TFT test data at {path}: expected DLE's processed directory with "
+        f"{DLE_TEST_FILE} and {DLE_SCALERS_FILE}, or a {NPZ_TEST_FILE} file"
+    )
+
+
+@dataclass(frozen=True)
+class StoredExamples:
+    """Examples already cut to ``example_length`` (the ``.npz`` layout)."""
+
+    groups: dict[str, np.ndarray]
+    scale: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.scale)
+
+    def take(self, start: int, stop: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        return {k: v[start:stop] for k, v in self.groups.items()}, self.scale[start:stop]
+
+
+def read_npz_examples(path: Path) -> StoredExamples:
+    """A ``.npz`` test split: the layout a converter writes for data DLE's ``test.bin`` reader
+    cannot place (other feature sets, or only DLE's ``test.csv`` at hand).
+
+    Arrays: ``target`` and ``id`` plus the groups the model uses among ``s_cat s_cont k_cat
+    k_cont o_cat o_cont``, each ``[N, example_length, width]`` in the model's input units
+    (categoricals encoded, continuous values and target standardised), and ``target_scale``
+    ``[N, 2]``: the target's (mean, std) per example. Absent groups may be left out.
+    """
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    if "target_scale" not in arrays or "target" not in arrays:
+        raise ValueError(f"{path} lacks 'target' or 'target_scale'; holds {sorted(arrays)}")
+    scale = arrays.pop("target_scale")
+    unknown = sorted(set(arrays) - set(INPUT_GROUPS))
+    if unknown:
+        raise ValueError(f"{path} holds unknown arrays {unknown}; valid: {list(INPUT_GROUPS)}")
+    wrong = {k: v.shape for k, v in arrays.items() if v.ndim != 3 or len(v) != len(scale)}
+    if scale.shape != (len(scale), 2) or wrong:
+        raise ValueError(
+            f"{path}: target_scale must be [N, 2] and every group [N, T, width]; "
+            f"got target_scale {scale.shape}, mismatched {wrong}"
+        )
+    return StoredExamples({k: v for k, v in arrays.items() if v.shape[-1]}, scale)
+
+
+@dataclass(frozen=True)
+class SeriesWindows:
+    """Every ``example_length`` window (stride 1, DLE's ``dataset_stride``) of each series, in
+    DLE's order: series by id, then window start."""
+
+    series: list[dict[str, np.ndarray]]  # per series: group → [rows, width]
+    scales: np.ndarray  # per series: (mean, std)
+    example_length: int
+
+    @cached_property
+    def starts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(series index, first row) of every example."""
+        counts = [len(s["target"]) - self.example_length + 1 for s in self.series]
+        index = np.repeat(np.arange(len(counts)), counts)
+        first = np.concatenate([np.arange(c) for c in counts]) if counts else np.zeros(0, int)
+        return index, first
+
+    @property
+    def count(self) -> int:
+        return len(self.starts[0])
+
+    def take(self, start: int, stop: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        index, first = (a[start:stop] for a in self.starts)
+        t = self.example_length
+        groups = {
+            name: np.stack([self.series[i][name][r : r + t] for i, r in zip(index, first)])
+            for name in self.series[0]
+        }
+        return groups, self.scales[index]
+
+
+def dle_bin_columns(cfg: TFTConfig) -> dict[str, list[int]]:
+    """Column positions of the input groups in DLE's ``test.bin`` arrays.
+
+    DLE writes the id, then every feature of ``configuration.py`` in its order; for electricity
+    and traffic that is time, target, the known continuous inputs, the static categorical. Other
+    feature sets need the ``.npz`` layout, since the order is not in the hyper-parameters.
+    """
+    others = (
+        cfg.static_continuous_inp_size
+        or cfg.temporal_known_categorical_inp_lens
+        or cfg.temporal_observed_categorical_inp_lens
+        or cfg.temporal_observed_continuous_inp_size
+    )
+    if others:
+        raise ValueError(
+            "DLE's test.bin column order is known only for the electricity/traffic features "
+            "(id, time, target, known continuous, static categorical); convert to the .npz layout"
+        )
+    widths = {
+        "id": 1,
+        "time": 1,
+        "target": cfg.temporal_target_size,
+        "k_cont": cfg.temporal_known_continuous_inp_size,
+        "s_cat": len(cfg.static_categorical_inp_lens),
+    }
+    bounds = np.cumsum([0, *widths.values()])
+    return {name: list(range(bounds[i], bounds[i + 1])) for i, name in enumerate(widths)}
+
+
+def read_dle_test_split(folder: Path, cfg: TFTConfig) -> SeriesWindows:
+    """DLE's ``test.bin`` (a pickled list of per-series ``[rows, columns]`` arrays, float32 bits
+    stored as int32) and ``tgt_scalers.bin`` (sklearn StandardScalers: per series id for
+    electricity, one under ``''`` for traffic)."""
+    grouped = _load_dle_pickle(folder / DLE_TEST_FILE)
+    scalers_path = folder / DLE_SCALERS_FILE
+    if not scalers_path.exists():
+        raise FileNotFoundError(f"{scalers_path} is missing; it un-scales the targets")
+    scalers = _load_dle_pickle(scalers_path)
+    columns = dle_bin_columns(cfg)
+    width = sum(len(c) for c in columns.values())
+    series, scales = [], []
+    for rows in grouped:
+        rows = np.asarray(rows)
+        if rows.ndim != 2 or rows.shape[1] != width or rows.dtype.itemsize != 4:
+            raise ValueError(
+                f"{folder / DLE_TEST_FILE}: series of shape {rows.shape} ({rows.dtype}); "
+                f"these hyper-parameters need {width} 4-byte columns"
+            )
+        if len(rows) < cfg.example_length:
+            continue  # DLE drops series shorter than one example
+        values = rows.view(np.float32)
+        groups = {name: values[:, cols] for name, cols in columns.items() if name != "time"}
+        series.append(groups)
+        scales.append(_target_scale(scalers, int(groups["id"][0, 0])))
+    return SeriesWindows(
+        series, np.array(scales, dtype=np.float64).reshape(-1, 2), cfg.example_length
+    )
+
+
+def _target_scale(scalers: Any, series_id: int) -> tuple[float, float]:
+    # Traffic has one scaler for all series (key ''), electricity one per series id.
+    scaler = scalers.get("", scalers.get(series_id)) if isinstance(scalers, dict) else None
+    mean_std = getattr(scaler, "mean_std", None)
+    if mean_std is None:
+        raise ValueError(f"tgt_scalers.bin has no StandardScaler for series {series_id}")
+    return mean_std()
+
+
+class PickledStandardScaler:
+    """The state of a pickled ``sklearn.preprocessing.StandardScaler``, read without sklearn."""
+
+    state: dict[str, Any]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def mean_std(self) -> tuple[float, float]:
+        """What ``inverse_transform`` applies to the first feature: ``x * std + mean``."""
+        mean, scale = self.state.get("mean_"), self.state.get("scale_")
+        return (
+            float(np.ravel(mean)[0]) if mean is not None else 0.0,
+            float(np.ravel(scale)[0]) if scale is not None else 1.0,
+        )
+
+
+# The globals a DLE data file may name (numpy 1 and 2 spell the array module differently).
+_PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "scalar"),
+        ("collections", "OrderedDict"),
+    }
+)
+
+
+class _DLEUnpickler(pickle.Unpickler):
+    """Resolves only numpy arrays and sklearn's StandardScaler, so loading a data file cannot
+    run arbitrary code, and sklearn need not be installed."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name == "StandardScaler" and module.startswith("sklearn.preprocessing"):
+            return PickledStandardScaler
+        if (module, name) in _PICKLE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a DLE data file")
+
+
+def _load_dle_pickle(path: Path) -> Any:
+    with path.open("rb") as f:
+        try:
+            return _DLEUnpickler(f).load()
+        except (pickle.UnpicklingError, EOFError, ValueError) as err:
+            raise ValueError(f"{path} is not a readable DLE data file: {err}") from err

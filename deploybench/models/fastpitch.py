@@ -1,0 +1,622 @@
+"""FastPitch (Łańcucki, 2021) as deployed by DeepLearningExamples.
+
+A compact re-implementation of the network DLE's FastPitch 1.0 deploys on Triton
+(``PyTorch/SpeechSynthesis/FastPitch``, checkpoint ``nvidia_fastpitch_200518.pt``): symbol
+embedding plus sinusoidal positions, a feed-forward transformer (FFT) encoder, duration and
+pitch predictors, a pitch embedding added to the encoder output, length regulation, an FFT
+decoder and a linear projection to mel channels. Parameter names follow DLE's state dict
+(``encoder.word_emb``, ``encoder.layers.N.dec_attn.qkv_net``, ``duration_predictor.layers.N.conv``,
+``pitch_emb``, ``proj`` …) so that a DLE checkpoint loads unchanged.
+
+Triton interface (DLE's ``triton/model.py``, inference mode): one input ``INPUT__0`` (symbol ids,
+zero-padded; DLE also names an ``INPUT__1`` with the text lengths, which its ``infer`` ignores,
+so the traced model has none) and four outputs: ``OUTPUT__0`` the mel spectrogram
+``[80, frames]``, ``OUTPUT__1`` the number of valid frames, ``OUTPUT__2`` the predicted
+durations and ``OUTPUT__3`` the predicted pitch per symbol. The number of frames depends on the
+predicted durations, so ``OUTPUT__0`` is padded to the longest example of the batch.
+
+Length regulation is built from tensor operations only (cumulative sums, a comparison and a
+gather), so one ``torch.jit.trace`` or ONNX export serves any batch size, text length and set of
+durations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..tensors import TensorSpec
+from .base import Batch, TorchFamily
+
+# DLE's ``english_basic`` symbol set: pad, special, punctuation, letters, then 84 ARPAbet
+# symbols ("@AA" …) that only a CMUdict lookup produces; this reader never emits them.
+PAD, SPECIAL, PUNCTUATION = "_", "-", "!'(),.:;? "
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+CHARACTERS = PAD + SPECIAL + PUNCTUATION + LETTERS
+SYMBOL_ID = {c: i for i, c in enumerate(CHARACTERS)}
+N_ARPABET = 84
+
+# DLE's accuracy check (triton/metrics.py): a mel value outside this range marks an utterance
+# as broken (LJSpeech's log-mels span about -11.5 … 2.1).
+MEL_MIN, MEL_MAX = -15.0, 3.0
+
+
+@dataclass(frozen=True)
+class FastPitchConfig:
+    """Hyper-parameters, named as DLE's ``fastpitch/arg_parser.py`` (defaults = DLE's)."""
+
+    n_mel_channels: int = 80
+    n_symbols: int = len(CHARACTERS) + N_ARPABET  # 148 for english_basic
+    padding_idx: int = 0
+    symbols_embedding_dim: int = 384
+    in_fft_n_layers: int = 6
+    in_fft_n_heads: int = 1
+    in_fft_d_head: int = 64
+    in_fft_conv1d_kernel_size: int = 3
+    in_fft_conv1d_filter_size: int = 1536
+    in_fft_output_size: int = 384
+    p_in_fft_dropout: float = 0.1
+    p_in_fft_dropatt: float = 0.1
+    p_in_fft_dropemb: float = 0.0
+    out_fft_n_layers: int = 6
+    out_fft_n_heads: int = 1
+    out_fft_d_head: int = 64
+    out_fft_conv1d_kernel_size: int = 3
+    out_fft_conv1d_filter_size: int = 1536
+    out_fft_output_size: int = 384
+    p_out_fft_dropout: float = 0.1
+    p_out_fft_dropatt: float = 0.1
+    p_out_fft_dropemb: float = 0.0
+    dur_predictor_kernel_size: int = 3
+    dur_predictor_filter_size: int = 256
+    p_dur_predictor_dropout: float = 0.1
+    dur_predictor_n_layers: int = 2
+    pitch_predictor_kernel_size: int = 3
+    pitch_predictor_filter_size: int = 256
+    p_pitch_predictor_dropout: float = 0.1
+    pitch_predictor_n_layers: int = 2
+    pitch_embedding_kernel_size: int = 3
+    # Inference settings of DLE's ``infer``: durations are clamped to [0, max_duration] frames
+    # and divided by pace.
+    max_duration: float = 75.0
+    pace: float = 1.0
+    # Not DLE's: the symbols per request (the seed's SEQUENCE_LENGTH) and a cap on the frames
+    # per utterance, which bounds memory (attention is quadratic in frames). LJSpeech's longest
+    # mel has 870 frames; longer outputs are cut, as DLE's ``regulate_len(mel_max_len=…)`` does.
+    text_length: int = 128
+    max_mel_frames: int = 2048
+    # Not DLE's: the seeded initialisation predicts about this many frames per symbol (a trained
+    # model's LJSpeech average is ~6). A default-initialised duration head predicts ~1, which
+    # would make the decoder, most of the compute, run on unrealistically short spectrograms.
+    init_frames_per_symbol: float = 6.0
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> FastPitchConfig:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown FastPitch hyper-parameters {unknown}; valid: {sorted(known)}"
+            )
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        d = self.symbols_embedding_dim
+        if self.in_fft_output_size != d or self.out_fft_output_size != d:
+            raise ValueError(
+                "in_fft_output_size and out_fft_output_size must equal symbols_embedding_dim "
+                f"({d}): the FFT blocks are residual"
+            )
+        if d % 2:
+            raise ValueError(f"symbols_embedding_dim must be even (sin/cos halves), got {d}")
+        kernels = {
+            k: getattr(self, k) for k in self.__dataclass_fields__ if k.endswith("kernel_size")
+        }
+        even = sorted(k for k, v in kernels.items() if v % 2 == 0)
+        if even:
+            raise ValueError(f"kernel sizes must be odd to keep the length: {even}")
+        if self.n_symbols <= self.padding_idx:
+            raise ValueError("padding_idx must be a valid symbol id")
+
+
+# --- building blocks ---------------------------------------------------------------------------
+
+
+class PositionalEmbedding(nn.Module):
+    """Sinusoidal positions: sines then cosines of ``position * inv_freq``."""
+
+    inv_freq: Tensor
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0.0, d_model, 2.0) / d_model))
+        self.register_buffer("inv_freq", inv_freq)  # in DLE's state dict
+
+    def forward(self, length_like: Tensor) -> Tensor:
+        """``[1, T, d_model]`` for the ``T = length_like.size(1)`` positions."""
+        positions = torch.arange(length_like.size(1), device=length_like.device)
+        angles = positions.to(self.inv_freq.dtype).unsqueeze(1) * self.inv_freq.unsqueeze(0)
+        return torch.cat([angles.sin(), angles.cos()], dim=1).unsqueeze(0)
+
+
+class MultiHeadAttn(nn.Module):
+    """Self-attention over unpadded keys, residual and post-layer-norm (DLE's layout:
+    one fused q/k/v projection, output projection without bias)."""
+
+    def __init__(
+        self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float
+    ) -> None:
+        super().__init__()
+        self.n_head, self.d_head = n_head, d_head
+        self.scale = d_head**-0.5
+        self.qkv_net = nn.Linear(d_model, 3 * n_head * d_head)
+        self.drop = nn.Dropout(dropout)
+        self.dropatt = nn.Dropout(dropatt)
+        self.o_net = nn.Linear(n_head * d_head, d_model, bias=False)
+        self.layer_norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, padding: Tensor) -> Tensor:
+        """``x`` ``[B, T, d_model]``; ``padding`` ``[B, T]`` True where there is no symbol."""
+        b, t, _ = x.shape
+        # q, k and v are consecutive blocks of the projection, each [heads, d_head].
+        qkv = self.qkv_net(x).view(b, t, 3, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
+        probs = self.dropatt(F.softmax(scores, dim=-1))
+        heads = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, self.n_head * self.d_head)
+        return self.layer_norm(x + self.drop(self.o_net(heads)))
+
+
+class PositionwiseConvFF(nn.Module):
+    """Two 1-D convolutions along time with a ReLU between; residual, post-layer-norm."""
+
+    def __init__(self, d_model: int, d_inner: int, kernel_size: int, dropout: float) -> None:
+        super().__init__()
+        self.CoreNet = nn.Sequential(  # DLE's name, kept for its state dict
+            nn.Conv1d(d_model, d_inner, kernel_size, padding=kernel_size // 2),
+            nn.ReLU(),
+            nn.Conv1d(d_inner, d_model, kernel_size, padding=kernel_size // 2),
+            nn.Dropout(dropout),
+        )
+        self.layer_norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layer_norm(x + self.CoreNet(x.transpose(1, 2)).transpose(1, 2))
+
+
+class TransformerLayer(nn.Module):
+    """One FFT block. Padded positions are zeroed after each sub-layer (``masked_fill`` rather
+    than DLE's multiplication: an all-padding row then yields zeros instead of NaN)."""
+
+    def __init__(
+        self,
+        n_head: int,
+        d_model: int,
+        d_head: int,
+        d_inner: int,
+        kernel_size: int,
+        dropout: float,
+        dropatt: float,
+    ) -> None:
+        super().__init__()
+        self.dec_attn = MultiHeadAttn(n_head, d_model, d_head, dropout, dropatt)
+        self.pos_ff = PositionwiseConvFF(d_model, d_inner, kernel_size, dropout)
+
+    def forward(self, x: Tensor, padding: Tensor) -> Tensor:
+        pad = padding.unsqueeze(2)
+        x = self.dec_attn(x, padding).masked_fill(pad, 0.0)
+        return self.pos_ff(x).masked_fill(pad, 0.0)
+
+
+class FFTransformer(nn.Module):
+    """A stack of FFT blocks over embedded symbols (encoder) or regulated frames (decoder)."""
+
+    def __init__(self, cfg: FastPitchConfig, prefix: str, n_embed: int | None = None) -> None:
+        super().__init__()
+
+        def hp(name: str) -> Any:
+            return getattr(cfg, name.format(prefix))
+
+        d_model = cfg.symbols_embedding_dim
+        self.word_emb = (
+            nn.Embedding(n_embed, d_model, padding_idx=cfg.padding_idx) if n_embed else None
+        )
+        self.padding_idx = cfg.padding_idx
+        self.pos_emb = PositionalEmbedding(d_model)
+        self.drop = nn.Dropout(hp("p_{}_fft_dropemb"))
+        self.layers = nn.ModuleList(
+            TransformerLayer(
+                hp("{}_fft_n_heads"),
+                d_model,
+                hp("{}_fft_d_head"),
+                hp("{}_fft_conv1d_filter_size"),
+                hp("{}_fft_conv1d_kernel_size"),
+                hp("p_{}_fft_dropout"),
+                hp("p_{}_fft_dropatt"),
+            )
+            for _ in range(hp("{}_fft_n_layers"))
+        )
+
+    def forward(self, x: Tensor, padding: Tensor) -> Tensor:
+        """``x``: embedded inputs ``[B, T, d_model]``; ``padding`` ``[B, T]``."""
+        pos = self.pos_emb(x).masked_fill(padding.unsqueeze(2), 0.0)
+        out = self.drop(x + pos)
+        for layer in self.layers:
+            out = layer(out, padding)
+        return out
+
+    def embed(self, symbols: Tensor) -> tuple[Tensor, Tensor]:
+        """Symbol ids ``[B, L]`` → embeddings and the padding mask (id == padding_idx)."""
+        if self.word_emb is None:
+            raise RuntimeError("this FFTransformer has no symbol embedding")
+        return self.word_emb(symbols), symbols == self.padding_idx
+
+
+class ConvReLUNorm(nn.Module):
+    """Conv1d → ReLU → LayerNorm over channels → dropout, on ``[B, C, T]``."""
+
+    def __init__(
+        self, in_channels: int, out_channels: int, kernel_size: int, dropout: float
+    ) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+        self.norm = nn.LayerNorm(out_channels)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = F.relu(self.conv(x))
+        return self.dropout(self.norm(out.transpose(1, 2)).transpose(1, 2))
+
+
+class TemporalPredictor(nn.Module):
+    """One value per symbol (log-duration or normalised pitch) from the encoder output."""
+
+    def __init__(
+        self, input_size: int, filter_size: int, kernel_size: int, dropout: float, n_layers: int
+    ) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            *(
+                ConvReLUNorm(
+                    input_size if i == 0 else filter_size, filter_size, kernel_size, dropout
+                )
+                for i in range(n_layers)
+            )
+        )
+        self.fc = nn.Linear(filter_size, 1)
+
+    def forward(self, x: Tensor, padding: Tensor) -> Tensor:
+        """``[B, L, C]`` → ``[B, L]``, zero at padding."""
+        pad = padding.unsqueeze(2)
+        out = self.layers(x.masked_fill(pad, 0.0).transpose(1, 2)).transpose(1, 2)
+        return self.fc(out).masked_fill(pad, 0.0).squeeze(2)
+
+
+def regulate_length(
+    encoded: Tensor, durations: Tensor, pace: float, max_frames: int
+) -> tuple[Tensor, Tensor]:
+    """Repeat each symbol's encoding for its rounded duration: ``[B, L, C]`` → ``[B, T, C]``
+    with ``T`` the longest utterance of the batch (at least 1, at most ``max_frames``); frames
+    past an utterance's end are zero. Returns the frames and the valid frame counts ``[B]``.
+
+    Each frame looks up the symbol whose cumulative duration first exceeds it; frames past the
+    end find index ``L``, a zero row appended to the encodings. Only tensor operations, so a
+    trace stays valid for other durations and sizes (no loop over values).
+    """
+    repeats = torch.round(durations.float() / pace).long()
+    ends = repeats.cumsum(dim=1)  # [B, L]: first frame after each symbol
+    lengths = ends[:, -1].clamp(max=max_frames)
+    # A tensor end (not a Python int) keeps the frame count dynamic in a trace and in ONNX.
+    n_frames = lengths.max().clamp(min=1)
+    frames = torch.arange(n_frames, device=encoded.device)  # type: ignore[call-overload]
+    symbol = (ends.unsqueeze(1) <= frames.view(1, -1, 1)).sum(dim=2)  # [B, T] in 0..L
+    padded = F.pad(encoded, (0, 0, 0, 1))  # [B, L + 1, C], last row zero
+    index = symbol.unsqueeze(2).expand(-1, -1, encoded.size(2))
+    return padded.gather(1, index), lengths
+
+
+# --- the network -------------------------------------------------------------------------------
+
+
+class FastPitch(nn.Module):
+    """FastPitch 1.0 in inference mode: symbol ids → mel, lengths, durations, pitch."""
+
+    def __init__(self, cfg: FastPitchConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.symbols_embedding_dim
+        self.encoder = FFTransformer(cfg, "in", n_embed=cfg.n_symbols)
+        self.duration_predictor = TemporalPredictor(
+            cfg.in_fft_output_size,
+            cfg.dur_predictor_filter_size,
+            cfg.dur_predictor_kernel_size,
+            cfg.p_dur_predictor_dropout,
+            cfg.dur_predictor_n_layers,
+        )
+        self.decoder = FFTransformer(cfg, "out")
+        self.pitch_predictor = TemporalPredictor(
+            cfg.in_fft_output_size,
+            cfg.pitch_predictor_filter_size,
+            cfg.pitch_predictor_kernel_size,
+            cfg.p_pitch_predictor_dropout,
+            cfg.pitch_predictor_n_layers,
+        )
+        k = cfg.pitch_embedding_kernel_size
+        self.pitch_emb = nn.Conv1d(1, d, k, padding=k // 2)
+        # Training-set pitch statistics, stored in DLE's checkpoints; inference does not use them.
+        self.register_buffer("pitch_mean", torch.zeros(1))
+        self.register_buffer("pitch_std", torch.zeros(1))
+        self.proj = nn.Linear(cfg.out_fft_output_size, cfg.n_mel_channels)
+        with torch.no_grad():
+            self.duration_predictor.fc.bias.fill_(math.log1p(cfg.init_frames_per_symbol))
+
+    def forward(self, symbols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``symbols`` ``[B, L]`` int64 → mel ``[B, n_mel, T]``, frames ``[B]`` (int64),
+        durations ``[B, L]`` and pitch ``[B, L]`` (DLE's ``infer`` outputs, in its order)."""
+        cfg = self.cfg
+        embedded, text_padding = self.encoder.embed(symbols)
+        encoded = self.encoder(embedded, text_padding)
+
+        log_durations = self.duration_predictor(encoded, text_padding)
+        durations = torch.clamp(torch.exp(log_durations) - 1.0, 0.0, cfg.max_duration)
+        pitch = self.pitch_predictor(encoded, text_padding)
+        encoded = encoded + self.pitch_emb(pitch.unsqueeze(1)).transpose(1, 2)
+
+        frames, lengths = regulate_length(encoded, durations, cfg.pace, cfg.max_mel_frames)
+        positions = torch.arange(frames.size(1), device=frames.device)
+        frame_padding = positions.unsqueeze(0) >= lengths.unsqueeze(1)
+        decoded = self.decoder(frames, frame_padding)
+        mel = self.proj(decoded).transpose(1, 2)
+        return mel, lengths, durations, pitch
+
+
+class FastPitchServing(nn.Module):
+    """DLE's Triton outputs; the frame count as ``[B, 1]``, since a batched Triton tensor needs
+    at least one dimension per example."""
+
+    def __init__(self, model: FastPitch) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, symbols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        mel, lengths, durations, pitch = self.model(symbols)
+        return mel, lengths.unsqueeze(1), durations, pitch
+
+
+# --- text, data set and metric -----------------------------------------------------------------
+
+
+def text_to_ids(text: str) -> list[int]:
+    """English text → ``english_basic`` symbol ids: lowercase, collapse whitespace, drop
+    characters outside the set. DLE's ``english_cleaners`` also spell out numbers and
+    abbreviations and its loader maps words to ARPAbet via CMUdict; neither is done here."""
+    cleaned = " ".join(text.lower().split())
+    return [SYMBOL_ID[c] for c in cleaned if c in SYMBOL_ID and c != PAD]
+
+
+def pad_ids(sequences: list[list[int]], length: int) -> np.ndarray:
+    """Symbol id lists → ``[N, length]`` int64, zero-padded and cut at ``length``."""
+    out = np.zeros((len(sequences), length), dtype=np.int64)
+    for row, ids in enumerate(sequences):
+        ids = ids[:length]
+        out[row, : len(ids)] = ids
+    return out
+
+
+@dataclass(frozen=True)
+class Utterance:
+    mel_path: Path
+    text: str
+
+
+def find_filelist(path: Path) -> Path:
+    """The filelist for ``path``: the file itself, ``<dir>/filelist.txt``, or the only
+    ``<dir>/filelists/*.txt``."""
+    if path.is_file():
+        return path
+    if (path / "filelist.txt").is_file():
+        return path / "filelist.txt"
+    candidates = sorted((path / "filelists").glob("*.txt"))
+    if len(candidates) != 1:
+        found = ", ".join(c.name for c in candidates) or "none"
+        raise FileNotFoundError(
+            f"{path}: expected a filelist file, {path}/filelist.txt or exactly one "
+            f"{path}/filelists/*.txt (found: {found})"
+        )
+    return candidates[0]
+
+
+def read_filelist(filelist: Path) -> list[Utterance]:
+    """DLE filelist lines ``<mel or wav path>|…|<text>``; paths relative to the data-set root
+    (the filelist's folder, or its parent when the folder is ``filelists``). A ``wavs/X.wav``
+    entry means ``mels/X.pt``, where DLE's ``prepare_dataset.py --extract-mels`` writes it."""
+    root = filelist.parent.parent if filelist.parent.name == "filelists" else filelist.parent
+    utterances = []
+    for line in filelist.read_text(encoding="utf-8").splitlines():
+        fields = line.split("|")
+        if len(fields) < 2 or not fields[0].strip():
+            continue
+        first = Path(fields[0].strip())
+        if first.suffix == ".wav":
+            first = Path("mels") / f"{first.stem}.pt"
+        elif first.suffix not in (".pt", ".npy"):
+            continue  # a header such as "mels|pitch|text"
+        utterances.append(Utterance(root / first, fields[-1].strip()))
+    return utterances
+
+
+def load_mel(path: Path) -> np.ndarray:
+    """A reference mel ``[n_mel, frames]`` float32: DLE's ``.pt`` tensor, or a ``.npy`` array
+    (also looked up beside a missing ``.pt`` of the same name)."""
+    npy = path.with_suffix(".npy")
+    if path.suffix == ".pt" and not path.exists() and npy.exists():
+        path = npy
+    if path.suffix == ".npy":
+        mel = np.load(path)
+    else:
+        mel = torch.load(path, map_location="cpu", weights_only=True).numpy()
+    mel = np.asarray(mel, dtype=np.float32)
+    if mel.ndim != 2:
+        raise ValueError(f"{path}: expected a [n_mel, frames] mel spectrogram, got {mel.shape}")
+    return mel
+
+
+def pad_mels(mels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Mels ``[n_mel, T_i]`` → ``[N, n_mel, max T]`` zero-padded, and the lengths ``[N]``."""
+    lengths = np.array([m.shape[1] for m in mels], dtype=np.int64)
+    out = np.zeros((len(mels), mels[0].shape[0], int(lengths.max())), dtype=np.float32)
+    for row, mel in enumerate(mels):
+        out[row, :, : mel.shape[1]] = mel
+    return out, lengths
+
+
+def mel_errors(
+    predicted: np.ndarray,
+    predicted_lengths: np.ndarray,
+    reference: np.ndarray,
+    reference_lengths: np.ndarray,
+) -> dict[str, float]:
+    """Sums over a batch for the task metric, over the frames both mels have (the shorter
+    length): absolute and squared error, element count, length error, range violations."""
+    abs_sum = sq_sum = 0.0
+    count = 0
+    out_of_range = 0
+    for row in range(predicted.shape[0]):
+        n_pred = int(np.asarray(predicted_lengths[row]).reshape(-1)[0])
+        n_ref = int(reference_lengths[row])
+        n = min(n_pred, n_ref)
+        diff = predicted[row, :, :n].astype(np.float64) - reference[row, :, :n]
+        abs_sum += float(np.abs(diff).sum())
+        sq_sum += float(np.square(diff).sum())
+        count += diff.size
+        valid = predicted[row, :, :n_pred]
+        valid = valid[~np.isnan(valid)]
+        out_of_range += bool(valid.size and (valid.min() < MEL_MIN or valid.max() > MEL_MAX))
+    length_error = np.abs(
+        np.asarray(predicted_lengths).reshape(-1) - np.asarray(reference_lengths).reshape(-1)
+    )
+    return {
+        "abs": abs_sum,
+        "sq": sq_sum,
+        "count": float(count),
+        "utterances": float(predicted.shape[0]),
+        "length_abs": float(length_error.sum()),
+        "out_of_range": float(out_of_range),
+    }
+
+
+# --- the family --------------------------------------------------------------------------------
+
+
+class FastPitchFamily(TorchFamily):
+    """The workflow's view of FastPitch: build, checkpoint, serving module, data and metric."""
+
+    name = "FastPitch"
+    metric_name = "mel_mae"
+    higher_is_better = False
+
+    def __init__(self, hparams: dict[str, Any]) -> None:
+        self.cfg = FastPitchConfig.from_mapping(hparams)
+        c = self.cfg
+        self.inputs = [TensorSpec("INPUT__0", "int64", (c.text_length,))]
+        self.outputs = [
+            TensorSpec("OUTPUT__0", "float32", (c.n_mel_channels, -1)),
+            TensorSpec("OUTPUT__1", "int64", (1,)),
+            TensorSpec("OUTPUT__2", "float32", (c.text_length,)),
+            TensorSpec("OUTPUT__3", "float32", (c.text_length,)),
+        ]
+
+    def build(self) -> nn.Module:
+        return FastPitch(self.cfg)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        if not isinstance(model, FastPitch):
+            raise TypeError(f"expected a FastPitch module, got {type(model).__name__}")
+        return FastPitchServing(model)
+
+    def init_state(self, seed: int) -> dict[str, Any]:
+        state = super().init_state(seed)
+        return {**state, "config": dict(self.cfg.__dict__)}
+
+    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        """A workflow checkpoint (``{"model": …}``) or DLE's FastPitch checkpoint, which keeps
+        its weights under ``state_dict``."""
+        from ..checkpoint import load_checkpoint, resolve_checkpoint_file
+
+        try:
+            return {"model": self.adapt_state_dict(load_checkpoint(path)["model"])}
+        except ValueError as err:
+            if "not a DLE-layout checkpoint" not in str(err):
+                raise
+        data = torch.load(resolve_checkpoint_file(path), map_location="cpu", weights_only=True)
+        if not isinstance(data, dict) or "state_dict" not in data:
+            raise ValueError(f"{path}: neither a 'model' nor a 'state_dict' checkpoint")
+        return {"model": self.adapt_state_dict(data["state_dict"])}
+
+    def adapt_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """DLE's names minus the ``module.`` prefix of distributed training, and without the
+        alignment module of FastPitch 1.1 (``attention.*``), which only training uses."""
+        stripped = {k.removeprefix("module."): v for k, v in state.items()}
+        return {k: v for k, v in stripped.items() if not k.startswith("attention.")}
+
+    def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+        """Deterministic text-like ids: lowercase letters, spaces and punctuation of
+        ``english_basic``, a random length in [length/4, length] per row, zero-padded."""
+        length = self.cfg.text_length
+        rng = np.random.default_rng(seed)
+        alphabet = np.array(text_to_ids("abcdefghijklmnopqrstuvwxyz     ,.?"), dtype=np.int64)
+        lengths = rng.integers(max(1, length // 4), length + 1, size=batch)
+        ids = np.zeros((batch, length), dtype=np.int64)
+        for row, n in enumerate(lengths):
+            ids[row, :n] = rng.choice(alphabet, size=n)
+        return {"INPUT__0": ids}
+
+    def dataset_batches(
+        self, path: str | Path, batch_size: int, limit: int | None
+    ) -> Iterator[Batch]:
+        """LJSpeech as DLE prepares it: a filelist (``mels/X.pt|…|text`` or
+        ``wavs/X.wav|pitch/X.pt|text``) and reference mels (``.pt``, or ``.npy``). Texts are
+        cut at ``text_length`` symbols. Labels: ``{"mel": [B, n_mel, T], "mel_lengths": [B]}``."""
+        utterances = read_filelist(find_filelist(Path(path)))
+        if limit is not None:
+            utterances = utterances[: limit * batch_size]
+        for start in range(0, len(utterances), batch_size):
+            chunk = utterances[start : start + batch_size]
+            ids = pad_ids([text_to_ids(u.text) for u in chunk], self.cfg.text_length)
+            mel, lengths = pad_mels([load_mel(u.mel_path) for u in chunk])
+            yield {"INPUT__0": ids}, {"mel": mel, "mel_lengths": lengths}
+
+    def task_metric(
+        self, outputs: list[dict[str, np.ndarray]], labels: list[Any]
+    ) -> dict[str, float]:
+        """Mel error against the references over the frames both have: ``mel_mae`` and
+        ``mel_mse`` per mel value, ``mel_length_mae`` in frames per utterance, and the fraction
+        of utterances failing DLE's value-range check (``mel_out_of_range_fraction``)."""
+        totals: dict[str, float] = {}
+        for out, label in zip(outputs, labels, strict=True):
+            sums = mel_errors(
+                out["OUTPUT__0"], out["OUTPUT__1"], label["mel"], label["mel_lengths"]
+            )
+            for key, value in sums.items():
+                totals[key] = totals.get(key, 0.0) + value
+
+        def ratio(key: str, per: str) -> float:
+            return totals[key] / totals[per] if totals.get(per) else float("nan")
+
+        return {
+            "mel_mae": ratio("abs", "count"),
+            "mel_mse": ratio("sq", "count"),
+            "mel_length_mae": ratio("length_abs", "utterances"),
+            "mel_out_of_range_fraction": ratio("out_of_range", "utterances"),
+        }

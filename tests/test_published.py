@@ -1,0 +1,58 @@
+"""Every published result row maps to a run the config allows, and its DAG resolves."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from deploybench import config as dbconfig
+from tests.conftest import REPO, base_config, planned_jobs, run_snakemake
+
+PUBLISHED = REPO.parent / "shared" / "reference" / "published.csv"
+KEYS = ("model", "dataset", "gpu", "format", "precision", "accelerator")
+
+
+def published_combinations() -> list[dict[str, str]]:
+    with PUBLISHED.open() as f:
+        rows = {tuple(r[k] for k in KEYS) for r in csv.DictReader(f)}
+    return [dict(zip(KEYS, r, strict=True)) for r in sorted(rows)]
+
+
+pytestmark = pytest.mark.skipif(not PUBLISHED.exists(), reason=f"{PUBLISHED} not present")
+
+
+def test_every_published_combination_maps_to_an_allowed_run():
+    config = base_config()
+    runs = {
+        tuple(r.values()): dbconfig.reference_run(config, r).path for r in published_combinations()
+    }
+    assert len(runs) >= 40
+    # the two TFT data sets and the two ONNX Runtime accelerators stay apart
+    assert runs[("tft", "traffic", "A30", "trt", "fp16", "none")] == "tft_traffic/A30/trt/fp16"
+    assert runs[("tft", "electricity", "A30", "trt", "fp16", "none")] == "tft/A30/trt/fp16"
+    assert runs[("bert", "", "T4", "onnx", "fp16", "trt")] == "bert/T4/onnx-trt/fp16"
+    assert runs[("bert", "", "T4", "onnx", "fp16", "none")] == "bert/T4/onnx/fp16"
+
+
+def test_unpublished_format_of_a_model_is_rejected_with_choices():
+    with pytest.raises(
+        dbconfig.ConfigError, match="format 'tf-trt' is not configured for model 'bert'"
+    ):
+        dbconfig.resolve(base_config(), "bert", "A30", "tf-trt", "fp16")
+
+
+def test_every_published_combination_resolves_a_dag(tmp_path: Path):
+    config = base_config()
+    targets = sorted(
+        {
+            f"results/{dbconfig.reference_run(config, r).path}/online.csv"
+            for r in published_combinations()
+        }
+    )
+    result = run_snakemake(tmp_path, "-n", *targets, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    jobs = planned_jobs(result)
+    assert jobs["online"] == len(targets)
+    # one checkpoint per model entry, engines per gpu, nothing measured twice
+    assert jobs["prepare_checkpoint"] == len({t.split("/")[1] for t in targets})
+    assert "offline" not in jobs and "accuracy" not in jobs

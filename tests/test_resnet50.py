@@ -1,0 +1,242 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from deploybench.export import export_model
+from deploybench.export_tf import convert_savedmodel_to_onnx
+from deploybench.models.resnet50 import ResNet50Family, top_k_accuracy
+from deploybench.runtime import load_runner
+
+SMOKE = {"image_size": 32, "num_classes": 11, "blocks": [1, 1, 1, 1], "width": 8}
+TOLERANCE = {
+    "classes": {"atol": 0.0, "rtol": 0.0},
+    "probabilities": {"atol": 1.0e-5, "rtol": 1.0e-4},
+}
+NAMES = {"input_names": ["input"], "output_names": ["classes", "probabilities"]}
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    return ResNet50Family(SMOKE)
+
+
+@pytest.fixture(scope="module")
+def full_model():
+    return ResNet50Family({}).build()
+
+
+@pytest.fixture(scope="module")
+def savedmodel(smoke, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "model.savedmodel"
+    report = export_model(
+        smoke, smoke.init_state(0), "tf-savedmodel", "fp32", out, tolerance=TOLERANCE
+    )
+    assert report["runtime"] == "tensorflow" and all(c["passed"] for c in report["checks"])
+    return out
+
+
+def test_signature_is_dles(smoke):
+    full = ResNet50Family({})
+    assert [(s.name, s.dtype, s.shape) for s in full.inputs] == [
+        ("input", "float32", (224, 224, 3))
+    ]
+    assert [(s.name, s.dtype, s.shape) for s in full.outputs] == [
+        ("classes", "int32", (1,)),
+        ("probabilities", "float32", (1001,)),
+    ]
+    assert smoke.metric_name == "top1" and smoke.higher_is_better
+
+
+def test_unknown_hparam_is_rejected():
+    with pytest.raises(ValueError, match=r"unknown ResNet-50 hyper-parameters \['depth'\]"):
+        ResNet50Family({"depth": 50})
+
+
+def test_full_size_is_resnet50_v1_5(full_model):
+    trainable = sum(int(np.prod(w.shape)) for w in full_model.trainable_weights)
+    # torchvision's ResNet-50 (25,557,032) with DLE's 1001st class: + 2048 weights + 1 bias
+    assert trainable == 25_559_081
+    layer = full_model.get_layer
+    assert layer("stem_conv").get_config()["strides"] == (2, 2)
+    for stage in range(4):
+        first = f"stage{stage}_block0"
+        stride = (1, 1) if stage == 0 else (2, 2)
+        # v1.5: the 3x3 convolution carries the stride, the first 1x1 does not
+        assert layer(f"{first}_1_conv").get_config()["strides"] == (1, 1)
+        assert layer(f"{first}_2_conv").get_config()["kernel_size"] == (3, 3)
+        assert layer(f"{first}_2_conv").get_config()["strides"] == stride
+        assert layer(f"{first}_shortcut_conv").get_config()["strides"] == stride
+    assert not any(
+        w.path.endswith("_conv/bias") for w in full_model.weights
+    )  # batch norm follows every convolution
+    assert layer("stage3_block2_out").output.shape == (None, 7, 7, 2048)
+    assert layer("stem_bn").get_config()["epsilon"] == 1e-5
+
+
+def test_normalisation_is_in_the_graph(full_model):
+    normalize = full_model.get_layer("normalize")
+    mean = np.array([123.68, 116.28, 103.53], dtype=np.float32)
+    std = np.array([58.395, 57.120, 57.385], dtype=np.float32)
+    pixels = np.stack([np.broadcast_to(mean, (2, 2, 3)), np.broadcast_to(mean + std, (2, 2, 3))])
+    out = np.asarray(normalize(pixels))
+    np.testing.assert_allclose(out[0], 0.0, atol=1e-5)
+    np.testing.assert_allclose(out[1], 1.0, atol=1e-5)
+
+
+def test_init_is_deterministic_with_stable_paths(smoke):
+    first, again, other = smoke.init_state(0), smoke.init_state(0), smoke.init_state(1)
+    assert list(first["model"]) == list(again["model"])
+    assert "stage1_block0_2_conv/kernel" in first["model"]
+    for path, value in first["model"].items():
+        np.testing.assert_array_equal(value, again["model"][path])
+    assert not np.array_equal(
+        first["model"]["stem_conv/kernel"], other["model"]["stem_conv/kernel"]
+    )
+
+
+def test_outputs_are_consistent(smoke):
+    model = smoke.serving_module(smoke.init_state(0))
+    out = smoke.framework_outputs(model, smoke.example_inputs(4, seed=3))
+    assert out["classes"].shape == (4, 1) and out["classes"].dtype == np.int32
+    assert out["probabilities"].shape == (4, 11)
+    np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(out["classes"][:, 0], out["probabilities"].argmax(axis=1))
+
+
+def test_savedmodel_signature_and_runner_match_keras(smoke, savedmodel):
+    signature = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
+    assert list(signature.structured_input_signature[1]) == ["input"]
+    assert sorted(signature.structured_outputs) == ["classes", "probabilities"]
+    runner = load_runner("tensorflow", savedmodel, threads=1, **NAMES)
+    feeds = smoke.example_inputs(5, seed=11)  # a batch size the export never saw
+    expected = smoke.framework_outputs(smoke.serving_module(smoke.init_state(0)), feeds)
+    classes, probabilities = runner(feeds)
+    np.testing.assert_array_equal(classes, expected["classes"])
+    np.testing.assert_allclose(probabilities, expected["probabilities"], atol=1e-6, rtol=1e-5)
+
+
+def test_runner_rejects_outputs_the_signature_lacks(savedmodel):
+    with pytest.raises(ValueError, match=r"has no outputs \['logits'\]"):
+        load_runner("tensorflow", savedmodel, input_names=["input"], output_names=["logits"])
+
+
+def test_onnx_from_savedmodel_matches_keras(smoke, savedmodel, tmp_path):
+    out = tmp_path / "model.onnx"
+    report = export_model(
+        smoke,
+        smoke.init_state(0),
+        "onnx",
+        "fp32",
+        out,
+        opset=12,
+        tolerance=TOLERANCE,
+        source=savedmodel,
+    )
+    assert report["runtime"] == "onnxruntime" and all(c["passed"] for c in report["checks"])
+    runner = load_runner("onnxruntime", out, **NAMES)
+    assert runner.input_names == ["input"] and runner.output_names == NAMES["output_names"]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_onnx_conversion_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a SavedModel directory"):
+        convert_savedmodel_to_onnx(tmp_path, tmp_path / "m.onnx", 12)
+    (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
+    with pytest.raises(RuntimeError, match=r"tf2onnx failed \(exit status [1-9]"):
+        convert_savedmodel_to_onnx(tmp_path, tmp_path / "m.onnx", 12)
+
+
+def test_top1_known_answers():
+    outputs = [
+        {"classes": np.array([[3], [5]], dtype=np.int32)},
+        {"classes": np.array([[0], [7]], dtype=np.int32)},
+    ]
+    # DLE's labels are 0-based class ids, compared with the arg-max as they are
+    assert top_k_accuracy(outputs, [np.array([3, 4]), np.array([0, 7])]) == {"top1": 0.75}
+    assert top_k_accuracy(outputs, [np.array([4, 6]), np.array([1, 8])]) == {"top1": 0.0}
+    with pytest.raises(ValueError, match="4 predictions for 3 labels"):
+        top_k_accuracy(outputs, [np.array([3, 4]), np.array([0])])
+
+
+def test_top5_known_answers():
+    probabilities = np.array(
+        [
+            [0.30, 0.25, 0.20, 0.10, 0.08, 0.07],  # label 4: rank 5, in the top 5
+            [0.30, 0.25, 0.20, 0.10, 0.08, 0.07],  # label 5: rank 6, out
+        ],
+        dtype=np.float32,
+    )
+    outputs = [{"classes": np.array([[0], [0]]), "probabilities": probabilities}]
+    metrics = top_k_accuracy(outputs, [np.array([4, 5])])
+    assert list(metrics) == ["top1", "top5"] and metrics == {"top1": 0.0, "top5": 0.5}
+
+
+def _image(height, width, value):
+    pixels = np.zeros((height, width, 3), dtype=np.uint8)
+    pixels[..., 0] = value
+    pixels[..., 1] = np.arange(width, dtype=np.uint8)[None, :]
+    return pixels
+
+
+def _png(height, width, value):
+    return tf.io.encode_png(_image(height, width, value)).numpy()
+
+
+def test_dataset_class_folders_in_dle_triton_layout(smoke, tmp_path):
+    """``<class id>/<image>`` as DLE's process_dataset.py writes it, numeric class order."""
+    for label, value in [(10, 30), (2, 20), (2, 21)]:
+        folder = tmp_path / str(label)
+        folder.mkdir(exist_ok=True)
+        (folder / f"ILSVRC2012_val_{value:08d}.png").write_bytes(_png(32, 32, value))
+    batches = list(smoke.dataset_batches(tmp_path, batch_size=2, limit=None))
+    assert [b[0]["input"].shape for b in batches] == [(2, 32, 32, 3), (1, 32, 32, 3)]
+    assert np.concatenate([b[1] for b in batches]).tolist() == [2, 2, 10]
+    first = batches[0][0]["input"]
+    assert first.dtype == np.float32
+    np.testing.assert_array_equal(first[0], _image(32, 32, 20).astype(np.float32))  # raw pixels
+    assert len(list(smoke.dataset_batches(tmp_path, batch_size=1, limit=2))) == 2  # batches
+
+
+def test_dataset_label_file_and_eval_crop(smoke, tmp_path):
+    """``val.txt`` of ``<file> <class id>``; a larger image is resized (shorter side to
+    256/224 of the size) and centrally cropped, as DLE's eval pre-processing does."""
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "a.jpg").write_bytes(tf.io.encode_jpeg(_image(48, 96, 200)).numpy())
+    (tmp_path / "images" / "b.png").write_bytes(_png(32, 32, 7))
+    (tmp_path / "val.txt").write_text("images/a.jpg 5\nimages/b.png 999\n")
+    ((feeds, labels),) = smoke.dataset_batches(tmp_path, batch_size=4, limit=None)
+    assert labels.tolist() == [5, 999]
+    crop = feeds["input"][0]
+    assert crop.shape == (32, 32, 3)
+    # 48x96 → 36x73 (shorter side 32*256/224), central 32x32 crop: columns 20..51 of 73,
+    # where the green ramp (0..95 over 96 columns) reads about 26..67
+    assert 20 < crop[16, 0, 1] < 32 and 60 < crop[16, -1, 1] < 72
+    np.testing.assert_allclose(crop[..., 0], 200, atol=4)  # JPEG is lossy
+
+
+def test_dataset_dle_tfrecords_have_one_based_labels(smoke, tmp_path):
+    def example(label, value):
+        features = {
+            "image/encoded": tf.train.Feature(
+                bytes_list=tf.train.BytesList(value=[_png(32, 32, value)])
+            ),
+            "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+        }
+        return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+    with tf.io.TFRecordWriter(str(tmp_path / "validation-00000-of-00128")) as writer:
+        writer.write(example(1, 10))
+        writer.write(example(1000, 11))
+    ((feeds, labels),) = smoke.dataset_batches(tmp_path, batch_size=8, limit=None)
+    assert labels.tolist() == [0, 999]  # DLE's reader subtracts one
+    assert feeds["input"][1, 0, 0, 0] == 11
+
+
+def test_dataset_errors_are_clear(smoke, tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        list(smoke.dataset_batches(tmp_path / "missing", 2, None))
+    with pytest.raises(ValueError, match="no images under"):
+        list(smoke.dataset_batches(tmp_path, 2, None))
+    (tmp_path / "val.txt").write_text("a.jpg\n")
+    with pytest.raises(ValueError, match=r"val.txt:1: expected '<image file> <class id>'"):
+        list(smoke.dataset_batches(tmp_path, 2, None))
