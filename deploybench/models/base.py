@@ -42,7 +42,8 @@ class Family:
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None
     ) -> Iterator[Batch]:
-        """Batches of the task's data set at ``path`` (the layout DLE's data preparation writes)."""
+        """Batches of the task's data set at ``path`` (the layout DLE's data preparation writes),
+        at most ``limit`` examples (images, questions, cases, series windows) in all."""
         raise NotImplementedError(f"{type(self).__name__} has no data-set reader")
 
     def task_metric(
