@@ -61,7 +61,11 @@ def test_metric_over_the_data_set_and_its_threshold(family, served, dataset):
 
     rows = task_rows(family, {"path": dataset, "batch_size": 4, "threshold": 1e9}, counting)
     assert calls == [4, 2]  # every example once, in batches
-    assert [r["metric"] for r in rows][0] == "quantile_risk_p50"
+    assert [r["metric"] for r in rows] == [
+        "quantile_risk_p50",
+        "quantile_risk_p10",
+        "quantile_risk_p90",
+    ]
     first = rows[0]
     assert first["passed"] is True and first["batches"] == 2 and first["value"] > 0
     # lower is better for quantile risk: a threshold below the value fails

@@ -384,9 +384,7 @@ def exact_match_score(prediction: str, truth: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(truth))
 
 
-def squad_scores(
-    predictions: dict[str, str], examples: Sequence[SquadExample]
-) -> dict[str, float]:
+def squad_scores(predictions: dict[str, str], examples: Sequence[SquadExample]) -> dict[str, float]:
     """Official v1.1 F1 and exact match in percent, each the max over a question's ground
     truths; a question without prediction scores 0."""
     f1 = em = 0.0
