@@ -194,6 +194,7 @@ def perf(
     server_log: str,
     perf_log: str,
 ) -> None:
+    from .accuracy import infer_triton
     from .perf import COLUMNS as PERF_COLUMNS
     from .perf import (
         SCENARIOS,
@@ -210,9 +211,15 @@ def perf(
     rows = []
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
-        write_input_data(family.example_inputs(1, seed=0), input_data)
+        sample = family.example_inputs(1, seed=0)
+        write_input_data(sample, input_data)
         with graceful_signals(), _server(repo, server_log, server_settings) as server:
             server_info = server.metadata()
+            # What one sample's outputs take (variable-length outputs included), with margin.
+            outputs = infer_triton(
+                server.http_url, model_name, sample, [s.name for s in family.outputs]
+            )
+            output_bytes = 2 * sum(int(v.nbytes) for v in outputs.values())
             for p in points:
                 point = Point(int(p["batch"]), int(p["concurrency"]))
                 row = measure_point(
@@ -224,6 +231,7 @@ def perf(
                     settings=settings,
                     log_file=Path(perf_log),
                     check_server=server.check_alive,
+                    output_bytes_per_sample=output_bytes,
                 )
                 log.info("%s %s: %s", scenario, point, row)
                 rows.append(

@@ -118,6 +118,10 @@ def write_input_data(feeds: dict[str, np.ndarray], path: Path) -> None:
     path.write_text(json.dumps(data))
 
 
+# perf_analyzer's default output region (DLE's runner passes this value too).
+MIN_OUTPUT_SHM_BYTES = 100240
+
+
 def perf_command(
     *,
     model_name: str,
@@ -129,8 +133,13 @@ def perf_command(
     interval_ms: int,
     result_csv: Path,
     stability_percentage: str | None = None,
+    output_bytes_per_sample: int = 0,
 ) -> list[str]:
-    """The perf_analyzer command line for one point (DLE's flags)."""
+    """The perf_analyzer command line for one point (DLE's flags).
+
+    The output shared-memory region must hold a whole batch of outputs (an nnU-Net volume is
+    25 MB a sample), so it is sized from the bytes one sample's outputs take.
+    """
     cmd = [
         str(tools.perf_analyzer_binary()),
         "-m", model_name,
@@ -147,7 +156,8 @@ def perf_command(
         "--verbose-csv",
     ]  # fmt: skip
     if scenario.shared_memory == "system":
-        cmd += ["--shared-memory", "system", "--output-shared-memory-size", "100240"]
+        size = max(MIN_OUTPUT_SHM_BYTES, output_bytes_per_sample * point.batch)
+        cmd += ["--shared-memory", "system", "--output-shared-memory-size", str(size)]
     if stability_percentage is not None:
         cmd += ["--stability-percentage", stability_percentage]
     return cmd
@@ -205,6 +215,7 @@ def measure_point(
     settings: MeasureSettings,
     log_file: Path | None = None,
     check_server: Callable[[], None] = lambda: None,
+    output_bytes_per_sample: int = 0,
 ) -> dict[str, Any]:
     """Warm up, then measure until stable (at most ``max_retries`` retries)."""
     with tempfile.TemporaryDirectory(prefix="deploybench-pa-") as tmp:
@@ -223,6 +234,7 @@ def measure_point(
                 interval_ms=settings.measurement_interval_ms,
                 result_csv=result_csv,
                 stability_percentage=stability,
+                output_bytes_per_sample=output_bytes_per_sample,
             )
             code, out = run_perf_analyzer(cmd, settings.timeout_s, log_file)
             if code != 0 and UNSTABLE_MARKER not in out:

@@ -240,3 +240,20 @@ def test_convert_without_gpu_says_so(tmp_path, monkeypatch):
             max_batch=8,
         )
     assert not (tmp_path / "m.plan").exists()
+
+
+def test_output_shared_memory_holds_a_whole_batch(tmp_path):
+    common = {
+        "model_name": "nnunet",
+        "url": "127.0.0.1:1",
+        "input_data": tmp_path / "d.json",
+        "request_count": 50,
+        "interval_ms": 5000,
+        "result_csv": tmp_path / "r.csv",
+        "scenario": perf.SCENARIOS["offline"],
+    }
+    volume = 3 * 128**3 * 4  # one nnU-Net output sample
+    cmd = perf.perf_command(point=perf.Point(4, 1), output_bytes_per_sample=volume, **common)
+    assert cmd[cmd.index("--output-shared-memory-size") + 1] == str(4 * volume)
+    small = perf.perf_command(point=perf.Point(1, 1), output_bytes_per_sample=10, **common)
+    assert small[small.index("--output-shared-memory-size") + 1] == str(perf.MIN_OUTPUT_SHM_BYTES)
