@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from deploybench.checkpoint import write_seeded_checkpoint
 from deploybench.export import export_model
 from deploybench.models.fastpitch import (
     MEL_MAX,
@@ -88,10 +89,15 @@ def test_state_dict_uses_dle_names_and_full_size_defaults(family):
     assert full["proj.weight"].shape == (80, 384)
 
 
-def test_seeded_init_is_deterministic(family):
+def test_seeded_init_is_deterministic_and_round_trips(family, tmp_path):
     a, b, c = (family.init_state(s)["model"] for s in (0, 0, 1))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["proj.weight"], c["proj.weight"])
+    write_seeded_checkpoint(family, 0, tmp_path / "a.pt")
+    write_seeded_checkpoint(family, 0, tmp_path / "b.pt")
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+    loaded = family.read_checkpoint(tmp_path / "a.pt")["model"]
+    assert all(torch.equal(loaded[k], a[k]) for k in a)
 
 
 def test_hyper_parameters_are_checked():
@@ -112,6 +118,18 @@ def test_regulate_length_repeats_each_symbol_by_its_rounded_duration():
     frames, lengths = regulate_length(encoded, durations, pace=0.5, max_frames=5)
     assert lengths.tolist() == [5, 3]  # pace 0.5 doubles: [4, 1, 3] cut at 5; [2, 1, 0]
     assert frames[..., 0].tolist() == [[1, 1, 1, 1, 2], [4, 4, 5, 0, 0]]
+
+
+def test_example_inputs_are_deterministic_padded_text(family):
+    a, b = (family.example_inputs(6, seed=5)["INPUT__0"] for _ in range(2))
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (6, 128) and a.dtype == np.int64
+    lengths = (a != 0).sum(1)
+    assert lengths.min() >= 32 and len(set(lengths)) > 1
+    for row, n in zip(a, lengths, strict=True):
+        assert not row[n:].any() and (row[:n] > 0).all()  # a prefix, then padding
+    full = family.example_inputs(3, seed=5, full_length=True)["INPUT__0"]
+    assert (full > 0).all()
 
 
 def test_outputs_shapes_and_padding(family, model):

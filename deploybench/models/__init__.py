@@ -25,6 +25,7 @@ __all__ = [
 # torch or TensorFlow while it builds the DAG.
 FAMILIES: dict[str, tuple[str, str, str]] = {
     "tft": ("deploybench.models.tft", "TFTFamily", "pytorch"),
+    "fastpitch": ("deploybench.models.fastpitch", "FastPitchFamily", "pytorch"),
 }
 
 # The workflow's checkpoint file per framework: torch archives for PyTorch, numpy archives for

@@ -570,13 +570,21 @@ class FastPitchFamily(TorchFamily):
         stripped = {k.removeprefix("module."): v for k, v in state.items()}
         return {k: v for k, v in stripped.items() if not k.startswith("attention.")}
 
-    def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+    def example_inputs(
+        self, batch: int, seed: int, *, full_length: bool = False
+    ) -> dict[str, np.ndarray]:
         """Deterministic text-like ids: lowercase letters, spaces and punctuation of
-        ``english_basic``, a random length in [length/4, length] per row, zero-padded."""
+        ``english_basic``, a random length in [length/4, length] per row, zero-padded.
+        ``full_length``: every row fills all ``text_length`` symbols, as DLE's perf data does
+        (``prepare_input_data.py`` tiles one utterance to SEQUENCE_LENGTH, with no padding)."""
         length = self.cfg.text_length
         rng = np.random.default_rng(seed)
         alphabet = np.array(text_to_ids("abcdefghijklmnopqrstuvwxyz     ,.?"), dtype=np.int64)
-        lengths = rng.integers(max(1, length // 4), length + 1, size=batch)
+        lengths = (
+            np.full(batch, length)
+            if full_length
+            else rng.integers(max(1, length // 4), length + 1, size=batch)
+        )
         ids = np.zeros((batch, length), dtype=np.int64)
         for row, n in enumerate(lengths):
             ids[row, :n] = rng.choice(alphabet, size=n)

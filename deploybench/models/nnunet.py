@@ -45,7 +45,7 @@ def _triple(value: int | Sequence[int], what: str) -> Triple:
     items = tuple(int(v) for v in value)
     if len(items) != 3:
         raise ValueError(f"{what}: expected an int or three ints per level, got {list(value)}")
-    return items  # type: ignore[return-value]
+    return (items[0], items[1], items[2])
 
 
 @dataclass(frozen=True)
