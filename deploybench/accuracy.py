@@ -32,6 +32,7 @@ COLUMNS = [
     "max_rel_err",
     "atol",
     "rtol",
+    "mismatch_fraction",
     "passed",
 ]
 
@@ -72,6 +73,9 @@ def compare_outputs(
         if got.shape != exp.shape:
             raise AccuracyError(f"output {name!r}: shape {got.shape} != expected {exp.shape}")
         atol, rtol = float(tolerance[name]["atol"]), float(tolerance[name]["rtol"])
+        # Arg-max outputs (nnU-Net labels) flip on near-ties between runtimes: a share of
+        # elements may then be outside atol/rtol.
+        allowed = float(tolerance[name].get("mismatch_fraction", 0.0))
         diff = np.abs(got - exp)
         bad = ~(diff <= atol + rtol * np.abs(exp))  # NaN counts as a mismatch
         rows.append(
@@ -87,7 +91,8 @@ def compare_outputs(
                 else 0.0,
                 "atol": atol,
                 "rtol": rtol,
-                "passed": bool(not bad.any()),
+                "mismatch_fraction": allowed,
+                "passed": bool(bad.sum() <= allowed * exp.size),
             }
         )
     return rows

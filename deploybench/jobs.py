@@ -50,6 +50,7 @@ def export(
     precision: str,
     opset: int,
     tolerance: dict[str, dict[str, float]],
+    check_batch: int,
     out: str,
     provenance_out: str,
 ) -> None:
@@ -65,6 +66,7 @@ def export(
         out,
         opset=opset,
         tolerance=tolerance,
+        check_batch=check_batch,
         source=source,
     )
     log.info("exported %s; runtime check: %s", out, report)

@@ -21,6 +21,7 @@ rule export:
         model=lambda w: model_identity(w.model),
         opset=lambda w: model_base(w.model)["export"]["onnx_opset"],
         tolerance=lambda w: model_base(w.model)["export"]["tolerance"],
+        check_batch=lambda w: model_base(w.model)["export"]["check_batch"],
     script:
         "../scripts/export.py"
 

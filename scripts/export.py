@@ -12,6 +12,7 @@ jobs.export(
     precision=smk.wildcards.export_precision,
     opset=smk.params.opset,
     tolerance=smk.params.tolerance,
+    check_batch=smk.params.check_batch,
     out=smk.output.artifact,
     provenance_out=smk.output.provenance,
 )

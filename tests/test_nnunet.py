@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from deploybench.checkpoint import load_checkpoint, prepare_checkpoint
+from deploybench.checkpoint import (
+    load_checkpoint,
+    prepare_checkpoint,
+    write_seeded_checkpoint,
+)
 from deploybench.export import ExportOptions, export_model, export_torch_onnx
 from deploybench.models.nnunet import (
     NnUNetConfig,
@@ -76,6 +80,15 @@ def test_init_is_deterministic_per_seed(family):
     assert a.keys() == b.keys() == c.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["input_block.conv1.conv.weight"], c["input_block.conv1.conv.weight"])
+
+
+def test_seeded_checkpoint_is_byte_identical_and_stores_aliases_once(family, tmp_path):
+    for name in ("a.pt", "b.pt"):
+        write_seeded_checkpoint(family, 0, tmp_path / name)
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+    params = sum(p.numel() for p in family.build().parameters())
+    # DynUNet names every block twice (skip_layers); the file holds each tensor once.
+    assert (tmp_path / "a.pt").stat().st_size < 1.5 * 4 * params
 
 
 def test_example_inputs_are_standardised_volumes(family):

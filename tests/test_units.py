@@ -31,6 +31,21 @@ def test_compare_outputs_pass_fail_and_nan():
     assert not nan["passed"] and nan["mismatched"] == 4
 
 
+def test_mismatch_fraction_allows_a_share_of_flipped_labels():
+    ref = {"labels": np.zeros((1, 100), dtype=np.int64)}
+    flipped = ref["labels"].copy()
+    flipped[0, :2] = 3  # two near-tie voxels took another class
+    exact = {"labels": {"atol": 0, "rtol": 0}}
+    [row] = accuracy.compare_outputs(ref, {"labels": flipped}, exact, 1)
+    assert not row["passed"] and row["mismatched"] == 2
+    share = {"labels": {"atol": 0, "rtol": 0, "mismatch_fraction": 0.02}}
+    [row] = accuracy.compare_outputs(ref, {"labels": flipped}, share, 1)
+    assert row["passed"] and row["mismatch_fraction"] == 0.02
+    flipped[0, 2] = 1
+    [row] = accuracy.compare_outputs(ref, {"labels": flipped}, share, 1)
+    assert not row["passed"]
+
+
 def test_compare_outputs_rejects_missing_tolerance_and_shape():
     ref = {"y": np.zeros((2, 3))}
     with pytest.raises(ValueError, match="no tolerance configured for output 'y'"):

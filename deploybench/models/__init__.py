@@ -26,6 +26,7 @@ __all__ = [
 FAMILIES: dict[str, tuple[str, str, str]] = {
     "tft": ("deploybench.models.tft", "TFTFamily", "pytorch"),
     "fastpitch": ("deploybench.models.fastpitch", "FastPitchFamily", "pytorch"),
+    "nnunet": ("deploybench.models.nnunet", "NnUNetFamily", "pytorch"),
 }
 
 # The workflow's checkpoint file per framework: torch archives for PyTorch, numpy archives for

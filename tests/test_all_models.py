@@ -1,0 +1,71 @@
+"""Every model, in every format that runs on CPU: the real chain at smoke sizes.
+
+One `snakemake cpu` run with `config/smoke.yaml` layered over the shipped config (tiny networks,
+tiny perf grids): checkpoint → export → repository → accuracy, task, offline and online CSVs,
+through real tritonserver and perf_analyzer processes.
+"""
+
+import csv
+import shutil
+
+import pytest
+import yaml
+
+from deploybench import config as dbconfig
+from deploybench.models import load_family
+from tests.conftest import REPO, base_config, planned_jobs, processes_mentioning, run_snakemake
+
+pytestmark = pytest.mark.e2e
+
+SMOKE = REPO / "config" / "smoke.yaml"
+
+
+def smoke_config():
+    return dbconfig.deep_merge(base_config(), yaml.safe_load(SMOKE.read_text()))
+
+
+def cpu_runs():
+    return [r for r in dbconfig.all_runs(smoke_config()) if r.split("/")[1] == "cpu"]
+
+
+def read_csv(path):
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("all-models")
+    (wd / "config").mkdir()
+    shutil.copy2(REPO / "config" / "config.yaml", wd / "config" / "config.yaml")
+    result = run_snakemake(wd, "cpu", "--configfile", str(SMOKE), timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    assert processes_mentioning(str(wd)) == []
+    return wd
+
+
+def test_every_model_has_a_cpu_run():
+    models = {r.split("/")[0] for r in cpu_runs()}
+    assert models == set(base_config()["models"])
+
+
+@pytest.mark.parametrize("run", cpu_runs())
+def test_run_has_passing_accuracy_and_measurements(workdir, run):
+    model = run.split("/")[0]
+    settings = smoke_config()["models"][model]
+    family = load_family(settings["module"], settings["hparams"])
+    folder = workdir / "results" / run
+    accuracy = read_csv(folder / "accuracy.csv")
+    assert {r["output"] for r in accuracy} == {s.name for s in family.outputs}
+    assert all(r["passed"] == "True" for r in accuracy)
+    [task] = read_csv(folder / "task.csv")
+    assert task["metric"] == family.metric_name and "not measured" in task["note"]
+    for scenario, points in (("offline", 2), ("online", 2)):
+        rows = read_csv(folder / f"{scenario}.csv")
+        assert len(rows) == points
+        assert all(float(r["throughput"]) > 0 and r["model"] == model for r in rows)
+
+
+def test_nothing_left_to_do_after_the_run(workdir):
+    result = run_snakemake(workdir, "-n", "cpu", "--configfile", str(SMOKE))
+    assert planned_jobs(result) == {}
