@@ -15,8 +15,23 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+SMOKE = REPO / "config" / "smoke.yaml"
+
+
 def base_config() -> dict[str, Any]:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def smoke_config() -> dict[str, Any]:
+    """The shipped config with config/smoke.yaml layered over it (as ``--configfile`` does)."""
+    from deploybench.config import deep_merge
+
+    return deep_merge(base_config(), yaml.safe_load(SMOKE.read_text()))
+
+
+def write_config(workdir: Path, config: dict[str, Any]) -> None:
+    (workdir / "config").mkdir(exist_ok=True)
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
@@ -68,3 +83,15 @@ def planned_jobs(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
 @pytest.fixture
 def config() -> dict[str, Any]:
     return base_config()
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run of every model on the CPU default at smoke sizes (shared by e2e tests):
+    the default target and rule `cpu`, through real tritonserver and perf_analyzer."""
+    wd = tmp_path_factory.mktemp("smoke-run")
+    write_config(wd, smoke_config())
+    result = run_snakemake(wd, "all", "cpu", timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    assert processes_mentioning(str(wd)) == []
+    return wd

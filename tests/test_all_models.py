@@ -9,19 +9,12 @@ import csv
 import shutil
 
 import pytest
-import yaml
 
 from deploybench import config as dbconfig
 from deploybench.models import load_family
-from tests.conftest import REPO, base_config, planned_jobs, processes_mentioning, run_snakemake
+from tests.conftest import REPO, SMOKE, base_config, planned_jobs, run_snakemake, smoke_config
 
 pytestmark = pytest.mark.e2e
-
-SMOKE = REPO / "config" / "smoke.yaml"
-
-
-def smoke_config():
-    return dbconfig.deep_merge(base_config(), yaml.safe_load(SMOKE.read_text()))
 
 
 def cpu_runs():
@@ -34,14 +27,8 @@ def read_csv(path):
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    wd = tmp_path_factory.mktemp("all-models")
-    (wd / "config").mkdir()
-    shutil.copy2(REPO / "config" / "config.yaml", wd / "config" / "config.yaml")
-    result = run_snakemake(wd, "cpu", "--configfile", str(SMOKE), timeout=1500)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    assert processes_mentioning(str(wd)) == []
-    return wd
+def workdir(smoke_run):
+    return smoke_run
 
 
 def test_every_model_has_a_cpu_run():
@@ -67,5 +54,12 @@ def test_run_has_passing_accuracy_and_measurements(workdir, run):
 
 
 def test_nothing_left_to_do_after_the_run(workdir):
-    result = run_snakemake(workdir, "-n", "cpu", "--configfile", str(SMOKE))
-    assert planned_jobs(result) == {}
+    assert planned_jobs(run_snakemake(workdir, "-n", "cpu")) == {}
+
+
+def test_smoke_file_layers_over_the_shipped_config(tmp_path):
+    (tmp_path / "config").mkdir()
+    shutil.copy2(REPO / "config" / "config.yaml", tmp_path / "config" / "config.yaml")
+    result = run_snakemake(tmp_path, "-n", "cpu", "--configfile", str(SMOKE))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert planned_jobs(result)["online"] == len(cpu_runs())
