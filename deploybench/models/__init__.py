@@ -27,6 +27,7 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "tft": ("deploybench.models.tft", "TFTFamily", "pytorch"),
     "fastpitch": ("deploybench.models.fastpitch", "FastPitchFamily", "pytorch"),
     "nnunet": ("deploybench.models.nnunet", "NnUNetFamily", "pytorch"),
+    "bert": ("deploybench.models.bert", "BertFamily", "pytorch"),
 }
 
 # The workflow's checkpoint file per framework: torch archives for PyTorch, numpy archives for

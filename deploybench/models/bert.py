@@ -19,21 +19,21 @@ through the tokenizer's character offsets, then scored as the official v1.1 eval
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import re
 import string
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
+from torch import Tensor, nn
 
 from ..tensors import TensorSpec
 from .base import Batch, TorchFamily, _check_weights
-
-if TYPE_CHECKING:
-    from torch import Tensor, nn
 
 # BERT-uncased special-token ids (vocab.txt positions of [PAD], [CLS], [SEP]); example inputs use
 # them so that synthetic rows look like real ones.
@@ -110,7 +110,7 @@ class BertQAConfig:
 def _hf_config(cfg: BertQAConfig) -> Any:
     from transformers import BertConfig
 
-    return BertConfig(
+    config = BertConfig(
         vocab_size=cfg.padded_vocab_size,
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_hidden_layers,
@@ -121,9 +121,9 @@ def _hf_config(cfg: BertQAConfig) -> Any:
         layer_norm_eps=cfg.layer_norm_eps,
         initializer_range=cfg.initializer_range,
         hidden_act="gelu",  # exact erf GELU; DLE's erf(x / 1.41421) differs by < 1e-5
-        # tuple outputs, as tracing needs
-        torchscript=True,
     )
+    config.torchscript = True  # tuple outputs, as tracing needs
+    return config
 
 
 def build_network(cfg: BertQAConfig, *, initialise: bool = True) -> nn.Module:
@@ -133,35 +133,34 @@ def build_network(cfg: BertQAConfig, *, initialise: bool = True) -> nn.Module:
     from transformers import BertForQuestionAnswering
     from transformers.initialization import no_init_weights
 
-    if initialise:
-        return BertForQuestionAnswering._from_config(_hf_config(cfg), attn_implementation="eager")
-    with no_init_weights():
-        return BertForQuestionAnswering._from_config(_hf_config(cfg), attn_implementation="eager")
+    with contextlib.nullcontext() if initialise else no_init_weights():
+        model = BertForQuestionAnswering._from_config(_hf_config(cfg), attn_implementation="eager")
+    # The span loss is never computed here; naming it keeps tracing's walk over every
+    # (sub)model's attributes from logging "loss_type=None … unrecognized".
+    for module in model.modules():
+        if hasattr(module, "loss_type"):
+            module.loss_type = "ForQuestionAnswering"
+    return model
 
 
-def _serving_class() -> type[nn.Module]:
-    from torch import nn
+class BertQAServing(nn.Module):
+    """DLE's Triton signature: three int32 ``[batch, seq]`` tensors in, start and end logits
+    out."""
 
-    class BertQAServing(nn.Module):
-        """DLE's Triton signature: three int32 ``[batch, seq]`` tensors in, start and end
-        logits out."""
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
 
-        def __init__(self, model: nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(
-            self, input_ids: Tensor, segment_ids: Tensor, attention_mask: Tensor
-        ) -> tuple[Tensor, Tensor]:
-            start, end = self.model(
-                input_ids=input_ids.long(),
-                attention_mask=attention_mask.long(),
-                token_type_ids=segment_ids.long(),
-                return_dict=False,
-            )
-            return start, end
-
-    return BertQAServing
+    def forward(
+        self, input_ids: Tensor, segment_ids: Tensor, attention_mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        start, end = self.model(
+            input_ids=input_ids.long(),
+            attention_mask=attention_mask.long(),
+            token_type_ids=segment_ids.long(),
+            return_dict=False,
+        )
+        return start, end
 
 
 def dle_to_hf_names(state: dict[str, Any]) -> dict[str, Any]:
@@ -209,7 +208,7 @@ class SquadFeature:
 def read_squad(path: Path, limit: int | None = None) -> list[SquadExample]:
     """Questions of a SQuAD v1.1 json in file order (the first ``limit`` ones)."""
     data = json.loads(path.read_text(encoding="utf-8"))["data"]
-    examples = []
+    examples: list[SquadExample] = []
     for article in data:
         for paragraph in article["paragraphs"]:
             for qa in paragraph["qas"]:
@@ -222,7 +221,7 @@ def read_squad(path: Path, limit: int | None = None) -> list[SquadExample]:
     return examples
 
 
-def window_starts(num_tokens: int, max_tokens: int, stride: int) -> list[tuple[int, int]]:
+def sliding_windows(num_tokens: int, max_tokens: int, stride: int) -> list[tuple[int, int]]:
     """(start, length) of DLE's sliding windows over a context of ``num_tokens`` tokens: each
     window holds up to ``max_tokens``; the next one starts ``stride`` tokens later."""
     windows = []
@@ -249,21 +248,32 @@ def max_context_flags(windows: list[tuple[int, int]], num_tokens: int) -> list[n
     return [best_window[start : start + length] == i for i, (start, length) in enumerate(windows)]
 
 
+def read_vocab(path: Path) -> dict[str, int]:
+    """A BERT ``vocab.txt``: one word piece per line, its id the line number."""
+    # split on newlines only: word pieces may be characters ``splitlines`` breaks on (U+0085)
+    tokens = [t.rstrip("\r") for t in path.read_text(encoding="utf-8").rstrip("\n").split("\n")]
+    vocab = {token: i for i, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise ValueError(f"{path}: repeated word pieces; not a BERT vocabulary")
+    return vocab
+
+
 class SquadFeaturizer:
     """Question/context pairs → fixed-length BERT input rows, as DLE's run_squad.py makes them."""
 
     def __init__(self, vocab_file: Path, cfg: BertQAConfig) -> None:
-        from transformers import BertTokenizerFast
+        from transformers import BertTokenizer
 
         self.cfg = cfg
-        self.tokenizer = BertTokenizerFast(
-            vocab_file=str(vocab_file), do_lower_case=cfg.do_lower_case
-        )
-        if len(self.tokenizer) > cfg.padded_vocab_size:
+        vocab = read_vocab(vocab_file)
+        if len(vocab) > cfg.padded_vocab_size:
             raise ValueError(
-                f"{vocab_file} has {len(self.tokenizer)} tokens but the network's vocabulary "
-                f"has {cfg.padded_vocab_size} (hparams vocab_size)"
+                f"{vocab_file} has {len(vocab)} tokens but the network's vocabulary has "
+                f"{cfg.padded_vocab_size} (hparams vocab_size)"
             )
+        # transformers 5's BertTokenizer is the fast (Rust) one: character offsets come with it.
+        # The vocabulary goes in as a dict: its ``vocab_file`` keyword is silently ignored.
+        self.tokenizer = BertTokenizer(vocab=vocab, do_lower_case=cfg.do_lower_case)
         self._contexts: dict[str, tuple[list[int], np.ndarray]] = {}
 
     def _context_tokens(self, context: str) -> tuple[list[int], np.ndarray]:
@@ -282,7 +292,7 @@ class SquadFeaturizer:
         question = question[: cfg.max_query_length]
         context, spans = self._context_tokens(example.context)
         max_tokens = cfg.max_seq_length - len(question) - 3
-        windows = window_starts(len(context), max_tokens, cfg.doc_stride)
+        windows = sliding_windows(len(context), max_tokens, cfg.doc_stride)
         for (start, length), flags in zip(
             windows, max_context_flags(windows, len(context)), strict=True
         ):
@@ -357,6 +367,9 @@ def predict_answers(
     return {qas_id: text for qas_id, (_, text) in best.items()}
 
 
+_PUNCTUATION = frozenset(string.punctuation)
+
+
 def normalize_answer(text: str) -> str:
     """The official SQuAD v1.1 normalisation: lower case, no punctuation, no articles, single
     spaces."""
@@ -364,9 +377,6 @@ def normalize_answer(text: str) -> str:
     text = "".join(ch for ch in text if ch not in _PUNCTUATION)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
-
-
-_PUNCTUATION = frozenset(string.punctuation)
 
 
 def f1_score(prediction: str, truth: str) -> float:
@@ -438,13 +448,11 @@ class BertFamily(TorchFamily):
         return build_network(self.cfg)
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        return _serving_class()(model)
+        return BertQAServing(model)
 
     def adapt_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
         """DLE's names → ``transformers``' names, float32 (DLE's AMP checkpoints may be fp16;
         the export is fp32 and lower precisions come from the convert step)."""
-        import torch
-
         return {
             k: v.float() if torch.is_floating_point(v) else v
             for k, v in dle_to_hf_names(state).items()
