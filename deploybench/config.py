@@ -249,8 +249,8 @@ def reference_format(config: dict[str, Any], fmt: str, accelerator: str) -> str:
 def reference_run(config: dict[str, Any], row: dict[str, Any]) -> Run:
     """The run that reproduces one published result row (model, dataset, gpu, format, ...)."""
     dataset = row.get("dataset")
-    model = reference_model(
-        config, str(row["model"]), dataset if isinstance(dataset, str) else None
-    )
+    # pandas reads an empty cell as NaN, csv as "": either way, no data set is named
+    named = dataset if isinstance(dataset, str) and dataset else None
+    model = reference_model(config, str(row["model"]), named)
     fmt = reference_format(config, str(row["format"]), str(row.get("accelerator") or "none"))
     return resolve(config, model, str(row["gpu"]), fmt, str(row["precision"]))

@@ -1,4 +1,4 @@
-"""Run an exported artifact in-process with its runtime (onnxruntime or TorchScript).
+"""Run an exported artifact in-process with its runtime (onnxruntime, TorchScript or TensorFlow).
 
 Self-contained on purpose (numpy plus the runtime): the workflow uses it to check exports and
 measure in-process throughput, and the model repository ships a copy beside the python

@@ -47,7 +47,10 @@ class TritonPythonModel:
                 parts = [pb_utils.get_input_tensor_by_name(r, name).as_numpy() for r in requests]
                 sizes = [p.shape[0] for p in parts]
                 feeds[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            outputs = self.runner(feeds)
+            # The runner returns the artifact's output order (an ONNX session's own); answer
+            # in the order the model config declares.
+            by_name = dict(zip(self.runner.output_names, self.runner(feeds)))
+            outputs = [by_name[name] for name in self.outputs]
         except Exception as err:  # noqa: BLE001 - reported to every client of the batch
             error = pb_utils.TritonError(f"{type(err).__name__}: {err}")
             return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]

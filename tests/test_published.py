@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from deploybench import config as dbconfig
-from tests.conftest import REPO, base_config, planned_jobs, run_snakemake
+from tests.conftest import REPO, base_config, planned_jobs, run_snakemake, write_config
 
 PUBLISHED = REPO.parent / "shared" / "reference" / "published.csv"
 KEYS = ("model", "dataset", "gpu", "format", "precision", "accelerator")
@@ -49,6 +49,7 @@ def test_every_published_combination_resolves_a_dag(tmp_path: Path):
             for r in published_combinations()
         }
     )
+    write_config(tmp_path, config)
     result = run_snakemake(tmp_path, "-n", *targets, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     jobs = planned_jobs(result)

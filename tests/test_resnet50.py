@@ -1,4 +1,9 @@
+import subprocess
+import sys
+import time
+
 import numpy as np
+import psutil
 import pytest
 import tensorflow as tf
 
@@ -7,7 +12,7 @@ from deploybench.export_tf import convert_savedmodel_to_onnx
 from deploybench.models.resnet50 import ResNet50Family, top_k_accuracy
 from deploybench.runtime import load_runner
 
-SMOKE = {"image_size": 32, "num_classes": 11, "blocks": [1, 1, 1, 1], "width": 8}
+SMOKE = {"image_size": 32, "blocks": [1, 1, 1, 1], "width": 8}
 TOLERANCE = {
     "classes": {"atol": 0.0, "rtol": 0.0},
     "probabilities": {"atol": 1.0e-5, "rtol": 1.0e-4},
@@ -94,11 +99,21 @@ def test_init_is_deterministic_with_stable_paths(smoke):
     )
 
 
+def test_init_measures_batch_norm_statistics(smoke):
+    """The seeded network must not saturate: the export checks compare its outputs."""
+    state = smoke.init_state(0)["model"]
+    assert not np.allclose(state["stage3_block0_3_bn/moving_variance"], 1.0)
+    model = smoke.serving_module(smoke.init_state(0))
+    out = smoke.framework_outputs(model, smoke.example_inputs(8, seed=5))
+    assert out["probabilities"].max() < 0.9
+    assert len(np.unique(out["classes"])) > 1
+
+
 def test_outputs_are_consistent(smoke):
     model = smoke.serving_module(smoke.init_state(0))
     out = smoke.framework_outputs(model, smoke.example_inputs(4, seed=3))
     assert out["classes"].shape == (4, 1) and out["classes"].dtype == np.int32
-    assert out["probabilities"].shape == (4, 11)
+    assert out["probabilities"].shape == (4, 1001)
     np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, rtol=1e-5)
     np.testing.assert_array_equal(out["classes"][:, 0], out["probabilities"].argmax(axis=1))
 
@@ -144,6 +159,26 @@ def test_onnx_conversion_errors_are_clear(tmp_path):
     (tmp_path / "saved_model.pb").write_bytes(b"not a protobuf")
     with pytest.raises(RuntimeError, match=r"tf2onnx failed \(exit status [1-9]"):
         convert_savedmodel_to_onnx(tmp_path, tmp_path / "m.onnx", 12)
+
+
+def test_tf2onnx_dies_with_the_job(savedmodel, tmp_path):
+    """A job killed outright (out of memory, SIGKILL) must not leave a 7 GB converter behind."""
+    code = (
+        "from pathlib import Path; from deploybench.export_tf import convert_savedmodel_to_onnx; "
+        f"convert_savedmodel_to_onnx(Path({str(savedmodel)!r}), Path({str(tmp_path)!r}) / 'm.onnx', 12)"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not psutil.Process(job.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        converters = psutil.Process(job.pid).children()
+        assert converters, "tf2onnx was not started"
+    finally:
+        job.kill()
+        job.wait()
+    _, alive = psutil.wait_procs(converters, timeout=3)  # converting takes longer
+    assert not alive
 
 
 def test_top1_known_answers():
@@ -194,7 +229,7 @@ def test_dataset_class_folders_in_dle_triton_layout(smoke, tmp_path):
     first = batches[0][0]["input"]
     assert first.dtype == np.float32
     np.testing.assert_array_equal(first[0], _image(32, 32, 20).astype(np.float32))  # raw pixels
-    assert len(list(smoke.dataset_batches(tmp_path, batch_size=1, limit=2))) == 2  # batches
+    assert len(list(smoke.dataset_batches(tmp_path, batch_size=1, limit=2))) == 2  # images
 
 
 def test_dataset_label_file_and_eval_crop(smoke, tmp_path):

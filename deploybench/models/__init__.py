@@ -28,6 +28,7 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "fastpitch": ("deploybench.models.fastpitch", "FastPitchFamily", "pytorch"),
     "nnunet": ("deploybench.models.nnunet", "NnUNetFamily", "pytorch"),
     "bert": ("deploybench.models.bert", "BertFamily", "pytorch"),
+    "resnet50": ("deploybench.models.resnet50", "ResNet50Family", "tensorflow"),
 }
 
 # The workflow's checkpoint file per framework: torch archives for PyTorch, numpy archives for

@@ -5,13 +5,15 @@ Triton (``model/resnet.py``): v1.5 bottlenecks (the stride of a down-sampling bl
 3×3 convolution, not on the first 1×1 as in the original v1 and in ``keras.applications``),
 bias-free convolutions each followed by batch norm (ε 1e-5, momentum 0.9), "SAME" padding
 everywhere, a projection shortcut wherever the width changes, global mean pooling and a 1001-way
-dense layer. Initialisation is DLE's: variance scaling ×2, fan-out, truncated normal.
+dense layer. Initialisation is DLE's (variance scaling ×2, fan-out, truncated normal), with
+batch-norm statistics measured on example inputs (see ``ResNet50Family.init_state``).
 
 The Triton interface is DLE's SavedModel signature: one input ``input`` of raw RGB pixels
 (float32, NHWC ``[224, 224, 3]``, 0…255; the per-channel mean/std normalisation is part of the
 graph, as in DLE) and two outputs, ``classes`` (int32 arg-max) and ``probabilities`` (float32
-soft-max over 1001 classes). ``classes`` is served as ``[1]`` per image: Triton's batched
-tensors need at least one dimension besides the batch.
+soft-max over 1001 classes). ``classes`` is ``[1]`` per image, not DLE's scalar: Triton
+describes a per-image scalar as ``dims: [1]`` plus a reshape, which the configs here do not
+write, so the network itself gives it that dimension.
 
 Class ids are DLE's: its TFRecord reader subtracts one from the 1-based ImageNet label, so class
 ``k`` is the ``k``-th synset in sorted WNID order (0…999) and the 1001st output is never a target.
@@ -36,6 +38,8 @@ CHANNEL_STDS = (58.395, 57.120, 57.385)
 RESIZE_MIN_AT_224 = 256
 BN_EPSILON = 1e-5
 BN_MOMENTUM = 0.9
+# Images whose activations set the batch-norm statistics of a seeded initialisation.
+CALIBRATION_BATCH = 8
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 LABEL_FILES = ("val.txt", "labels.txt")
 
@@ -168,6 +172,22 @@ class ResNet50Family(KerasFamily):
     def build(self) -> Any:
         return build_resnet50(self.cfg)
 
+    def init_state(self, seed: int) -> dict[str, Any]:
+        """DLE's seeded initialisation, with batch-norm statistics measured on example inputs.
+
+        With DLE's initial statistics (mean 0, variance 1) the untrained network's activations
+        grow block after block and the soft-max saturates: every image gets the same class at
+        probability 1.0, and an export check comparing outputs would pass for almost any
+        artifact. Statistics measured on inputs, as a trained network's are, keep the outputs
+        informative (at full size: top probability ~0.05, classes differ between images).
+        """
+        import keras
+
+        keras.utils.set_random_seed(seed)
+        model = self.build()
+        calibrate_batch_norm(model, self.example_inputs(CALIBRATION_BATCH, seed)["input"])
+        return {"model": {w.path: np.asarray(w.numpy()) for w in model.weights}}
+
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
         """Random pixels in 0…255, the range DLE's data loader feeds."""
         rng = np.random.default_rng(seed)
@@ -178,16 +198,17 @@ class ResNet50Family(KerasFamily):
         self, path: str | Path, batch_size: int, limit: int | None
     ) -> Iterator[Batch]:
         """ImageNet validation images as pixels and 0-based class ids (see ``read_imagenet``),
-        at most ``limit`` batches (DLE's accuracy check used 256 images)."""
-        images, labels, batches = [], [], 0
-        for pixels, label in read_imagenet(path, self.cfg.image_size):
+        at most ``limit`` images (DLE's accuracy check used 256)."""
+        images: list[np.ndarray] = []
+        labels: list[int] = []
+        for count, (pixels, label) in enumerate(read_imagenet(path, self.cfg.image_size)):
+            if limit is not None and count >= limit:
+                break
             images.append(pixels)
             labels.append(label)
             if len(images) == batch_size:
                 yield _batch(images, labels)
-                images, labels, batches = [], [], batches + 1
-                if limit is not None and batches >= limit:
-                    return
+                images, labels = [], []
         if images:
             yield _batch(images, labels)
 
@@ -195,6 +216,22 @@ class ResNet50Family(KerasFamily):
         self, outputs: list[dict[str, np.ndarray]], labels: list[Any]
     ) -> dict[str, float]:
         return top_k_accuracy(outputs, labels)
+
+
+def calibrate_batch_norm(model: Any, pixels: np.ndarray) -> None:
+    """Set every batch norm's moving statistics to those of its input on ``pixels``.
+
+    One forward pass in training mode with momentum 0: each layer normalises by the batch's
+    statistics and stores them as its moving ones, so inference reproduces that pass.
+    """
+    from keras import layers
+
+    norms = [layer for layer in model.layers if isinstance(layer, layers.BatchNormalization)]
+    for layer in norms:
+        layer.momentum = 0.0
+    model(pixels, training=True)
+    for layer in norms:
+        layer.momentum = BN_MOMENTUM
 
 
 def _batch(images: list[np.ndarray], labels: list[int]) -> Batch:
