@@ -6,8 +6,6 @@ rule prepare_checkpoint:
         provenance="results/{model}/checkpoint/{checkpoint_file}.provenance.json",
     log:
         "logs/{model}/{checkpoint_file}.log",
-    benchmark:
-        "results/{model}/checkpoint/{checkpoint_file}.benchmark.tsv"
     container:
         image("framework")
     resources:

@@ -139,13 +139,14 @@ def checkpoint_name(wildcards):
 def export_artifact(wildcards):
     """Check that the requested export file is the one its format produces."""
     fmt = wildcards.export_format
-    artifacts = {
-        f["artifact"] for f in config["formats"].values() if f["export"] == fmt
-    }
-    if wildcards.artifact not in artifacts:
+    if fmt not in config["formats"]:
         raise dbconfig.ConfigError(
-            f"export format {fmt!r} writes {' or '.join(sorted(artifacts)) or 'nothing'}, "
-            f"not {wildcards.artifact!r}"
+            f"unknown export format {fmt!r}; valid choices: {', '.join(sorted(config['formats']))}"
+        )
+    expected = config["formats"][fmt]["artifact"]
+    if wildcards.artifact != expected:
+        raise dbconfig.ConfigError(
+            f"export format {fmt!r} writes {expected!r}, not {wildcards.artifact!r}"
         )
     return checkpoint_of(wildcards.model)
 
@@ -160,14 +161,12 @@ def export_source(wildcards):
 
 
 def export_path(model, export_format, precision):
-    formats = [f for f in config["formats"].values() if f["export"] == export_format]
-    if not formats:
-        raise dbconfig.ConfigError(f"no format exports {export_format!r}")
+    # every export format is also a served format of the same name (e.g. onnx, tf-savedmodel)
     return EXPORT.format(
         model=model,
         export_format=export_format,
         export_precision=precision,
-        artifact=formats[0]["artifact"],
+        artifact=config["formats"][export_format]["artifact"],
     )
 
 

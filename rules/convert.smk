@@ -6,8 +6,6 @@ rule convert:
         artifact=CONVERTED,
     log:
         f"{LOG_DIR}/convert/{{artifact}}.log",
-    benchmark:
-        f"{CONVERTED}.benchmark.tsv"
     wildcard_constraints:
         artifact=one_of(FILE_ARTIFACTS),
     container:

@@ -9,8 +9,6 @@ rule export:
         provenance=f"{EXPORT}.provenance.json",
     log:
         "logs/{model}/export/{export_format}/{export_precision}/{artifact}.log",
-    benchmark:
-        f"{EXPORT}.benchmark.tsv"
     wildcard_constraints:
         artifact=one_of(FILE_ARTIFACTS),
     container:
