@@ -10,6 +10,7 @@ Checkpoints inside the workflow are ``{"model": <weights>}`` written by ``deploy
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,15 @@ from ..tensors import TensorSpec
 
 if TYPE_CHECKING:
     from torch import nn
+
+
+def check_hparams(config_class: type, values: dict[str, Any], name: str) -> None:
+    """Reject hyper-parameters the model's config dataclass does not know, naming the valid ones."""
+    known = {f.name for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown {name} hyper-parameters {unknown}; valid: {sorted(known)}")
+
 
 # A batch from a data set: feeds by input name, and the labels the task metric needs.
 Batch = tuple[dict[str, np.ndarray], Any]
@@ -37,6 +47,23 @@ class Family:
     higher_is_better: bool = True
 
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    # Per framework (TorchFamily, KerasFamily): weights, the serving model, its outputs.
+    def init_state(self, seed: int) -> dict[str, Any]:
+        """A seeded-random initialisation as a workflow checkpoint (``{"model": weights}``)."""
+        raise NotImplementedError
+
+    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        """A source checkpoint (DLE's layout) as a workflow checkpoint."""
+        raise NotImplementedError
+
+    def serving_module(self, checkpoint: dict[str, Any]) -> Any:
+        """The model Triton serves, with the checkpoint's weights."""
+        raise NotImplementedError
+
+    def framework_outputs(self, module: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The framework's outputs for ``feeds`` by output name: the reference for every check."""
         raise NotImplementedError
 
     def dataset_batches(

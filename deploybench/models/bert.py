@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from ..tensors import TensorSpec
-from .base import Batch, TorchFamily, _check_weights
+from .base import Batch, TorchFamily, _check_weights, check_hparams
 
 # BERT-uncased special-token ids (vocab.txt positions of [PAD], [CLS], [SEP]); example inputs use
 # them so that synthetic rows look like real ones.
@@ -91,10 +91,7 @@ class BertQAConfig:
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> BertQAConfig:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown BERT hyper-parameters {unknown}; valid: {sorted(known)}")
+        check_hparams(cls, values, "BERT")
         return cls(**values)
 
     @property

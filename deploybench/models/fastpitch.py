@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..tensors import TensorSpec
-from .base import Batch, TorchFamily
+from .base import Batch, TorchFamily, check_hparams
 
 # DLE's ``english_basic`` symbol set: pad, special, punctuation, letters, then 84 ARPAbet
 # symbols ("@AA" …) that only a CMUdict lookup produces; this reader never emits them.
@@ -100,12 +100,7 @@ class FastPitchConfig:
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> FastPitchConfig:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown FastPitch hyper-parameters {unknown}; valid: {sorted(known)}"
-            )
+        check_hparams(cls, values, "FastPitch")
         cfg = cls(**values)
         cfg.validate()
         return cfg

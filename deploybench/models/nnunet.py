@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ..tensors import TensorSpec
-from .base import Batch, TorchFamily
+from .base import Batch, TorchFamily, check_hparams
 
 Triple = tuple[int, int, int]
 
@@ -96,10 +96,7 @@ class NnUNetConfig:
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> NnUNetConfig:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown nnU-Net hyper-parameters {unknown}; valid: {sorted(known)}")
+        check_hparams(cls, values, "nnU-Net")
         return cls(**values)
 
     @property

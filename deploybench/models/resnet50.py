@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..tensors import TensorSpec
-from .base import Batch, KerasFamily
+from .base import Batch, KerasFamily, check_hparams
 
 # DLE's utils/data_utils.py: per-channel RGB mean and std of ImageNet, in pixel units.
 CHANNEL_MEANS = (123.68, 116.28, 103.53)
@@ -57,12 +57,7 @@ class ResNet50Config:
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> ResNet50Config:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown ResNet-50 hyper-parameters {unknown}; valid: {sorted(known)}"
-            )
+        check_hparams(cls, values, "ResNet-50")
         plain = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
         return cls(**plain)  # type: ignore[arg-type]
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..tensors import TensorSpec
-from .base import Batch, TorchFamily
+from .base import Batch, TorchFamily, check_hparams
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,7 @@ class TFTConfig:
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> TFTConfig:
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown TFT hyper-parameters {unknown}; valid: {sorted(known)}")
+        check_hparams(cls, values, "TFT")
         tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
         return cls(**tuples)  # type: ignore[arg-type]
 
@@ -449,6 +446,7 @@ class TFTFamily(TorchFamily):
         return TemporalFusionTransformer(self.cfg)
 
     def wrap(self, model: nn.Module) -> nn.Module:
+        assert isinstance(model, TemporalFusionTransformer)  # what build() made
         return TFTServing(model, self.cfg)
 
     def init_state(self, seed: int) -> dict[str, Any]:
