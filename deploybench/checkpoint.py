@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 from .io import atomic_path
 from .models import Family
@@ -63,6 +64,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     file = resolve_checkpoint_file(path)
     try:
         try:
+            import torch  # here: a TensorFlow container has no torch, and needs none
+
             data = torch.load(file, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
             # A DLE checkpoint pickles its config class; read it without importing DLE's code.
@@ -81,6 +84,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 def _save(obj: dict[str, Any], out: str | Path) -> None:
     """``torch.save`` through a buffer: the archive's inner name is then fixed (a file's name
     would be embedded), so the same object gives the same bytes; written atomically."""
+    import torch
+
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     with atomic_path(out) as tmp:
@@ -89,34 +94,38 @@ def _save(obj: dict[str, Any], out: str | Path) -> None:
 
 def _save_arrays(obj: dict[str, Any], out: str | Path) -> None:
     """Weights by variable path into an ``.npz``, written atomically."""
-    import numpy as np
-
     buffer = io.BytesIO()
     np.savez(buffer, **{name: np.asarray(v) for name, v in obj["model"].items()})
     with atomic_path(out) as tmp:
         tmp.write_bytes(buffer.getvalue())
 
 
+def _load_arrays(path: str | Path) -> dict[str, Any]:
+    try:
+        with np.load(path) as data:
+            return {"model": {name: data[name] for name in data.files}}
+    except Exception as err:
+        raise ValueError(
+            f"{path}: not a readable checkpoint ({type(err).__name__}: {err})"
+        ) from err
+
+
+# How the workflow's checkpoint file is written and read, per framework (see CHECKPOINT_FILES).
+_CHECKPOINT_IO: dict[
+    str, tuple[Callable[[dict[str, Any], str | Path], None], Callable[[str | Path], dict[str, Any]]]
+] = {
+    "pytorch": (_save, load_checkpoint),
+    "tensorflow": (_save_arrays, _load_arrays),
+}
+
+
 def save_checkpoint(family: Family, obj: dict[str, Any], out: str | Path) -> None:
-    if family.framework == "tensorflow":
-        _save_arrays(obj, out)
-    else:
-        _save(obj, out)
+    _CHECKPOINT_IO[family.framework][0](obj, out)
 
 
 def read_workflow_checkpoint(family: Family, path: str | Path) -> dict[str, Any]:
     """A checkpoint this workflow wrote (``prepare_checkpoint``), for ``family``."""
-    if family.framework == "tensorflow":
-        import numpy as np
-
-        try:
-            with np.load(path) as data:
-                return {"model": {name: data[name] for name in data.files}}
-        except Exception as err:
-            raise ValueError(
-                f"{path}: not a readable checkpoint ({type(err).__name__}: {err})"
-            ) from err
-    return load_checkpoint(path)
+    return _CHECKPOINT_IO[family.framework][1](path)
 
 
 def write_seeded_checkpoint(family: Family, seed: int, out: str | Path) -> None:

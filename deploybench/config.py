@@ -80,16 +80,6 @@ class Run:
         return conv
 
     @property
-    def export_source(self) -> str | None:
-        """The export this run's export is made from (None: from the checkpoint)."""
-        source = self.settings["export"].get("sources", {}).get(self.export_format)
-        return None if source is None else str(source)
-
-    @property
-    def accelerator(self) -> str:
-        return str(self.format_settings.get("accelerator", "none"))
-
-    @property
     def path(self) -> str:
         return f"{self.model}/{self.gpu}/{self.format}/{self.precision}"
 
