@@ -1,0 +1,185 @@
+"""Container images: which image runs which job, how a ``.sif`` is built, and its digest.
+
+On a cluster every job runs in an Apptainer image (``--sdm apptainer``). Images are NGC images
+extended by a definition file in ``envs/`` (the seed pages extend theirs with the Triton
+client the same way); rule ``container_image`` builds each one into ``images/<name>.sif`` and
+writes ``images/<name>.json`` beside it: the build's inputs and the image's sha256. Every job's
+provenance copies that record, so each result names the exact image that produced it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError
+
+ROLES = ("framework", "triton")
+IMAGE_DIR = "images"
+# Build arguments a definition reads ({{ NAME }}), from the image's config keys.
+BUILD_ARGS = {"from": "FROM", "sdk": "SDK", "requirements": "REQUIREMENTS"}
+
+
+def check_images(config: dict[str, Any]) -> None:
+    """Every model's containers name an entry of ``images``."""
+    images = config.get("images", {})
+    for model, settings in config["models"].items():
+        for role, name in settings["containers"].items():
+            if name not in images:
+                raise ConfigError(
+                    f"models.{model}.containers.{role}: unknown image {name!r}; valid choices: "
+                    f"{', '.join(sorted(images)) or 'none'}"
+                )
+
+
+def is_built(image: dict[str, Any]) -> bool:
+    """Whether the workflow builds this image from a definition (else it is used as is)."""
+    return "definition" in image
+
+
+def in_source_tree(image: dict[str, Any], basedir: str | Path) -> dict[str, Any]:
+    """``image`` with its definition and requirements files resolved in the workflow's tree."""
+    resolved = dict(image)
+    for key in ("definition", "requirements"):
+        if key in image:
+            resolved[key] = str(Path(basedir) / image[key])
+    return resolved
+
+
+def data_binds(config: dict[str, Any], workdir: str | Path) -> list[str]:
+    """Read-only binds for the data a job reads from outside the working directory (configured
+    checkpoints and task data sets): a container sees only what is bound into it."""
+    workdir = Path(workdir).resolve()
+    paths = set()
+    for settings in config["models"].values():
+        task = settings.get("accuracy", {}).get("task") or {}
+        for value in (settings.get("checkpoint"), task.get("path")):
+            if not value or not Path(value).is_absolute():
+                continue  # relative paths lie in the working directory, which is mounted
+            path = Path(value).resolve()
+            if not path.is_relative_to(workdir):
+                paths.add(str(path))
+    return [f"{p}:{p}:ro" for p in sorted(paths)]
+
+
+def source_tree() -> Path:
+    """The directory holding this deploybench package (the workflow's source tree)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def job_options(apptainer_args: str, binds: list[str], env: dict[str, str]) -> str:
+    """``apptainer_args`` plus a ``--bind`` per bind and an ``--env`` per variable, each added
+    only once (jobs on a cluster re-read the workflow with the arguments passed on to them)."""
+    args = shlex.split(apptainer_args)
+    for bind in binds:
+        if bind not in args:
+            args += ["--bind", bind]
+    for key, value in env.items():
+        if f"{key}={value}" not in args:
+            args += ["--env", f"{key}={value}"]
+    return shlex.join(args)
+
+
+def sif_path(name: str) -> str:
+    return f"{IMAGE_DIR}/{name}.sif"
+
+
+def record_path(name: str) -> str:
+    return f"{IMAGE_DIR}/{name}.json"
+
+
+def container_uri(name: str, image: dict[str, Any]) -> str:
+    """What Snakemake's ``container:`` gets: the built ``.sif`` or the configured image."""
+    return sif_path(name) if is_built(image) else str(image["image"])
+
+
+def build_args(image: dict[str, Any]) -> list[str]:
+    """``KEY=VALUE`` build arguments for the definition's ``{{ KEY }}`` placeholders."""
+    return [f"{arg}={image[key]}" for key, arg in BUILD_ARGS.items() if key in image]
+
+
+def build_command(
+    apptainer: str, definition: str, out: str | Path, args: list[str], extra: list[str]
+) -> list[str]:
+    """``apptainer build`` of ``definition`` into ``out`` (an argument list: no shell)."""
+    cmd = [apptainer, "build", "--force", *extra]
+    for arg in args:
+        cmd += ["--build-arg", arg]
+    return [*cmd, str(out), definition]
+
+
+def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def apptainer_version(apptainer: str) -> str:
+    out = subprocess.run([apptainer, "--version"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def build(
+    *,
+    name: str,
+    image: dict[str, Any],
+    out: str,
+    record_out: str,
+    log_file: str,
+    apptainer: str = "apptainer",
+    extra_args: list[str] | None = None,
+) -> dict[str, Any]:
+    """Build the image into a temporary file, move it into place, and write its record."""
+    definition = str(image["definition"])
+    args = build_args(image)
+    partial = Path(out).with_name(f".{Path(out).name}.partial")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    cmd = build_command(apptainer, definition, partial, args, list(extra_args or []))
+    try:
+        with open(log_file, "a") as log:
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True)
+        record = {
+            "name": name,
+            "sha256": sha256_of(partial),
+            "definition": definition,
+            "definition_sha256": sha256_of(definition),
+            "requirements_sha256": sha256_of(image["requirements"]),
+            "build_args": args,
+            "bases": {k: image[k] for k in ("from", "sdk") if k in image},
+            "apptainer": apptainer_version(apptainer),
+            "built": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+        partial.replace(out)
+    finally:
+        partial.unlink(missing_ok=True)
+    tmp = Path(record_out).with_name(f".{Path(record_out).name}.partial")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(record_out)
+    return record
+
+
+def running_image() -> dict[str, Any]:
+    """The image this process runs in (Apptainer sets ``APPTAINER_CONTAINER``), with its build
+    record when the workflow built it; ``{"runtime": "native venv"}`` outside a container."""
+    image = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+    if not image:
+        return {"image": None, "runtime": "native venv"}
+    info: dict[str, Any] = {"image": image, "runtime": "apptainer"}
+    record = Path(image).with_suffix(".json")
+    if record.is_file():
+        info["record"] = json.loads(record.read_text())
+        info["sha256"] = info["record"]["sha256"]
+    elif Path(image).is_file():
+        # An image Snakemake pulled itself (no record): hash it here.
+        info["sha256"] = sha256_of(image)
+    return info
