@@ -10,6 +10,7 @@ configfile: "config/config.yaml"
 
 
 include: "rules/common.smk"
+include: "rules/images.smk"
 include: "rules/checkpoint.smk"
 include: "rules/export.smk"
 include: "rules/convert.smk"

@@ -105,15 +105,16 @@ def infer_triton(
     output_names: list[str],
     timeout_s: float = 120.0,
 ) -> dict[str, np.ndarray]:
-    """One inference over HTTP."""
+    """One inference over HTTP, sending the inputs the served model takes (see served_feeds)."""
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(
         url, connection_timeout=timeout_s, network_timeout=timeout_s
     )
     try:
+        metadata = client.get_model_metadata(model_name)
         inputs = []
-        for name, array in feeds.items():
+        for name, array in served_feeds(feeds, metadata["inputs"]).items():
             tensor = httpclient.InferInput(
                 name, list(array.shape), NUMPY_TO_TRITON[str(array.dtype)]
             )
@@ -124,6 +125,38 @@ def infer_triton(
         return {n: result.as_numpy(n) for n in output_names}
     finally:
         client.close()
+
+
+TRITON_TO_NUMPY = {v: k for k, v in NUMPY_TO_TRITON.items()}
+
+
+def served_inputs(url: str, model_name: str, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    """The served model's inputs (name, datatype, shape) from its metadata."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(
+        url, connection_timeout=timeout_s, network_timeout=timeout_s
+    )
+    try:
+        return list(client.get_model_metadata(model_name)["inputs"])
+    finally:
+        client.close()
+
+
+def served_feeds(
+    feeds: dict[str, np.ndarray], served_inputs: list[dict[str, Any]]
+) -> dict[str, np.ndarray]:
+    """``feeds`` reduced to the inputs the served model declares (model metadata ``inputs``),
+    each in the declared data type. A native backend serves the artifact's own inputs (an ONNX
+    export drops unused ones) and types (a TensorRT plan takes int32 for int64); on the python
+    backend these are exactly the model's inputs and types."""
+    missing = [i["name"] for i in served_inputs if i["name"] not in feeds]
+    if missing:
+        raise ValueError(f"the served model takes inputs {missing} the model does not have")
+    return {
+        i["name"]: feeds[i["name"]].astype(TRITON_TO_NUMPY[i["datatype"]], copy=False)
+        for i in served_inputs
+    }
 
 
 def format_failure(rows: list[dict[str, Any]]) -> str:

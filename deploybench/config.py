@@ -143,6 +143,11 @@ def resolve(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: s
             f"precision {precision!r} is not available for {model}/{gpu}/{fmt}; "
             f"valid choices: {', '.join(valid_precisions) or 'none'}"
         )
+    # fp16 artifacts are checked against the fp32 framework at their own tolerances
+    accuracy = settings["accuracy"]
+    accuracy["tolerance"] = accuracy.get("precision_tolerance", {}).get(
+        precision, accuracy["tolerance"]
+    )
     run = Run(model, gpu, fmt, precision, settings, gpu_settings, config["formats"][fmt])
     run.converter  # noqa: B018 - raises if the precision cannot be made
     check_sizes(run)

@@ -1,20 +1,50 @@
-"""Conversions from an export to the served artifact (GPU steps).
+"""Conversions from an export to the served artifact.
 
-TensorRT engines are hardware-specific, so converted artifacts are keyed on ``{gpu}``. These
-steps need a GPU node; on a machine without one they stop with a clear message before doing
-anything. The command lines are built here so they can be checked without a GPU.
+``tensorrt`` (ONNX -> TensorRT plan with ``trtexec``), ``torchscript-fp16`` (TorchScript on CUDA
+in half precision) and ``tf-trt`` (SavedModel -> TF-TRT SavedModel) need a GPU: TensorRT engines
+are built for the GPU they run on, so converted artifacts are keyed on ``{gpu}``. On a machine
+without one they stop with :class:`NeedsGPU` before doing anything, naming what they would have
+run. ``onnx-fp16`` (float16 weights and compute, float32 inputs and outputs) needs no GPU.
+
+Every setting is data (``models.<m>.convert.<converter>`` in the config, resolved and checked by
+:func:`conversion_settings` while the DAG is built); the command lines and converter parameters
+are built by pure functions so they can be checked without a GPU.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from .config import ConfigError, Run
+from .io import atomic_path
 from .tensors import TensorSpec
 
 CONVERTERS = ("tensorrt", "onnx-fp16", "torchscript-fp16", "tf-trt")
+NEEDS_GPU = frozenset({"tensorrt", "torchscript-fp16", "tf-trt"})
+MIB = 2**20
+
+# Per converter: settings that have a default (anything else under `convert.<converter>` in the
+# config is required or optional as the schema says). TensorRT's batch defaults come from Triton.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "tensorrt": {"min_batch": 1, "shapes": {}},
+    "tf-trt": {"minimum_segment_size": 3, "maximum_cached_engines": 1},
+    "onnx-fp16": {"op_block_list": []},
+    "torchscript-fp16": {},
+}
+REQUIRED = {"tensorrt": ("workspace_mb",), "tf-trt": ("workspace_mb",)}
+
+# A TensorRT optimisation profile: per input, the full (batch-first) min/opt/max shapes.
+Profile = dict[str, dict[str, tuple[int, ...]]]
+PROFILE_KEYS = ("min", "opt", "max")
 
 
 class NeedsGPU(RuntimeError):
@@ -27,8 +57,100 @@ def gpu_visible() -> bool:
     return shutil.which("nvidia-smi") is not None and Path("/dev/nvidiactl").exists()
 
 
-def shape_arg(inputs: list[TensorSpec], batch: int) -> str:
-    return ",".join(f"{s.name}:{'x'.join(str(d) for d in (batch, *s.shape))}" for s in inputs)
+# ---------------------------------------------------------------------------- settings
+
+
+def conversion_settings(run: Run) -> dict[str, Any]:
+    """The run's converter settings with defaults filled in, checked (DAG time); {} if none."""
+    converter = run.converter
+    if converter is None:
+        return {}
+    if converter not in CONVERTERS:
+        raise ConfigError(
+            f"unknown converter {converter!r} for {run.path}; valid choices: {', '.join(CONVERTERS)}"
+        )
+    where = f"models.{run.model}.convert.{converter}"
+    given = (run.settings.get("convert") or {}).get(converter) or {}
+    missing = [k for k in REQUIRED.get(converter, ()) if k not in given]
+    if missing:
+        raise ConfigError(
+            f"{where}.{missing[0]} is not set; format {run.format!r} at {run.precision} is made "
+            f"by converter {converter!r}, which needs {', '.join(REQUIRED[converter])}"
+        )
+    settings = {**DEFAULTS[converter], **given}
+    max_served = int(run.settings["triton"]["max_batch_size"])
+    if converter in ("tensorrt", "tf-trt"):
+        settings.setdefault("max_batch", max_served)
+    if converter == "tensorrt":
+        settings.setdefault("opt_batch", settings["max_batch"])
+        _check_batches(settings, max_served, where)
+    if converter == "tf-trt" and int(settings["max_batch"]) < max_served:
+        raise ConfigError(
+            f"{where}.max_batch {settings['max_batch']} is below triton.max_batch_size "
+            f"{max_served}: the engines would not take the batches Triton sends"
+        )
+    return settings
+
+
+def _check_batches(settings: dict[str, Any], max_served: int, where: str) -> None:
+    lo, opt, hi = (int(settings[k]) for k in ("min_batch", "opt_batch", "max_batch"))
+    if not 1 <= lo <= opt <= hi:
+        raise ConfigError(
+            f"{where}: the batch profile must have 1 <= min_batch <= opt_batch <= max_batch; "
+            f"got min_batch {lo}, opt_batch {opt}, max_batch {hi}"
+        )
+    # Triton sends any batch from 1 to max_batch_size: the engine must take all of them.
+    if lo > 1 or hi < max_served:
+        raise ConfigError(
+            f"{where}: the profile's batches {lo}..{hi} do not cover the batches 1.."
+            f"{max_served} Triton sends (triton.max_batch_size)"
+        )
+
+
+def tensorrt_profile(inputs: list[TensorSpec], settings: Mapping[str, Any]) -> Profile:
+    """min/opt/max shapes of every input: the batch from the settings, the other dimensions from
+    the signature, with any dynamic one (-1) taken from ``settings['shapes'][name]``."""
+    shapes = settings.get("shapes") or {}
+    names = [s.name for s in inputs]
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"convert.tensorrt.shapes names unknown input(s) {unknown}; valid choices: "
+            f"{', '.join(names)}"
+        )
+    batches = {k: int(settings[f"{k}_batch"]) for k in PROFILE_KEYS}
+    profile: Profile = {}
+    for spec in inputs:
+        given = shapes.get(spec.name)
+        dims = {}
+        for key in PROFILE_KEYS:
+            shape = tuple(int(d) for d in given[key]) if given else spec.shape
+            if len(shape) != len(spec.shape) or any(
+                fixed != -1 and fixed != d for fixed, d in zip(spec.shape, shape, strict=True)
+            ):
+                raise ConfigError(
+                    f"convert.tensorrt.shapes.{spec.name}.{key} {list(shape)} does not fit the "
+                    f"input's shape {list(spec.shape)} (batch excluded; -1 is dynamic)"
+                )
+            if any(d < 1 for d in shape):
+                raise ConfigError(
+                    f"input {spec.name!r} has dynamic dimensions {list(spec.shape)}: set "
+                    f"convert.tensorrt.shapes.{spec.name}.{{min,opt,max}} (batch excluded)"
+                )
+            dims[key] = (batches[key], *shape)
+        if not all(a <= b for a, b in zip(dims["min"], dims["opt"], strict=True)) or not all(
+            a <= b for a, b in zip(dims["opt"], dims["max"], strict=True)
+        ):
+            raise ConfigError(f"convert.tensorrt.shapes.{spec.name}: need min <= opt <= max")
+        profile[spec.name] = dims
+    return profile
+
+
+# ---------------------------------------------------------------------------- TensorRT
+
+
+def shape_arg(profile: Profile, key: str) -> str:
+    return ",".join(f"{name}:{'x'.join(str(d) for d in s[key])}" for name, s in profile.items())
 
 
 def tensorrt_command(
@@ -36,26 +158,209 @@ def tensorrt_command(
     onnx: Path,
     plan: Path,
     precision: str,
-    inputs: list[TensorSpec],
-    min_batch: int,
-    opt_batch: int,
-    max_batch: int,
+    profile: Profile,
     workspace_mb: int,
+    trt_version: tuple[int, int] | None = None,
 ) -> list[str]:
-    """``trtexec`` building an engine with one optimisation profile over the batch dimension."""
+    """``trtexec`` building an engine with one optimisation profile.
+
+    ``trt_version`` picks the flags of older TensorRT (the seed pages' containers ship 7.2 to
+    8.5): ``--memPoolSize`` and ``--skipInference`` replaced ``--workspace`` and ``--buildOnly``
+    in 8.4; TensorRT 7 needs ``--explicitBatch`` for ONNX. None: a current TensorRT.
+    """
+    if precision not in ("fp32", "fp16"):
+        raise ConfigError(f"TensorRT precision {precision!r}; valid choices: fp16, fp32")
+    modern = trt_version is None or trt_version >= (8, 4)
     cmd = [
         "trtexec",
         f"--onnx={onnx}",
         f"--saveEngine={plan}",
-        f"--minShapes={shape_arg(inputs, min_batch)}",
-        f"--optShapes={shape_arg(inputs, opt_batch)}",
-        f"--maxShapes={shape_arg(inputs, max_batch)}",
-        f"--memPoolSize=workspace:{workspace_mb}M",
-        "--skipInference",
+        f"--minShapes={shape_arg(profile, 'min')}",
+        f"--optShapes={shape_arg(profile, 'opt')}",
+        f"--maxShapes={shape_arg(profile, 'max')}",
     ]
+    if modern:
+        cmd += [f"--memPoolSize=workspace:{workspace_mb}M", "--skipInference"]
+    else:
+        cmd += [f"--workspace={workspace_mb}", "--buildOnly"]
+        if trt_version is not None and trt_version < (8, 0):
+            cmd.append("--explicitBatch")
     if precision == "fp16":
         cmd.append("--fp16")
     return cmd
+
+
+def parse_trt_version(text: str) -> tuple[int, int] | None:
+    """TensorRT's version from trtexec's banner, e.g. ``[TensorRT v8501]`` -> (8, 5)."""
+    match = re.search(r"TensorRT v(\d{4,6})\b", text)
+    if not match:
+        return None
+    digits = match.group(1)
+    # 8.x encodes as MNPP (8501), 10.x as MMNNPP (100100)
+    return (
+        (int(digits[0]), int(digits[1]))
+        if len(digits) == 4
+        else (int(digits[:2]), int(digits[2:4]))
+    )
+
+
+def trtexec_version() -> tuple[int, int] | None:
+    out = subprocess.run(["trtexec", "--help"], capture_output=True, text=True, check=False)
+    return parse_trt_version(out.stdout + out.stderr)
+
+
+# ---------------------------------------------------------------------------- ONNX
+
+
+ONNX_TYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
+
+
+def onnx_inputs(path: Path) -> list[tuple[str, str, tuple[int, ...]]]:
+    """The graph inputs an ONNX file really takes (name, dtype, shape without the batch; -1 for a
+    dynamic dimension). Exporters drop inputs the graph does not use (TFT keeps 3 of 8)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    weights = {i.name for i in model.graph.initializer}
+    found = []
+    for value in model.graph.input:
+        if value.name in weights:
+            continue
+        tensor = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+        found.append(
+            (value.name, ONNX_TYPES.get(tensor.elem_type, str(tensor.elem_type)), dims[1:])
+        )
+    return found
+
+
+def artifact_inputs(family_inputs: list[TensorSpec], onnx: Path) -> list[TensorSpec]:
+    """The family's input specs the ONNX graph takes, in the family's order; a graph input the
+    family does not declare, or one of another type or rank, is an error."""
+    declared = {s.name: s for s in family_inputs}
+    graph = onnx_inputs(onnx)
+    for name, dtype, shape in graph:
+        spec = declared.get(name)
+        if spec is None:
+            raise ValueError(
+                f"{onnx} takes input {name!r}, which the model does not declare "
+                f"({', '.join(declared)})"
+            )
+        if dtype != spec.dtype or len(shape) != len(spec.shape):
+            raise ValueError(
+                f"{onnx}: input {name!r} is {dtype}{list(shape)}, the model declares "
+                f"{spec.dtype}{list(spec.shape)}"
+            )
+    taken = {name for name, _, _ in graph}
+    return [s for s in family_inputs if s.name in taken]
+
+
+def onnx_fp16(source: Path, out: Path, *, op_block_list: list[str] | None = None) -> None:
+    """float16 weights and compute with float32 graph inputs and outputs, so the served
+    signature, the clients and the accuracy reference stay those of the fp32 export."""
+    import onnx
+    from onnxconverter_common import float16
+
+    model = onnx.load(str(source))
+    kwargs: dict[str, Any] = {"keep_io_types": True}
+    if op_block_list:
+        # The converter's own block list (ops with no fp16 kernels) plus the configured ones.
+        kwargs["op_block_list"] = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(op_block_list))
+    converted = float16.convert_float_to_float16(model, **kwargs)
+    with atomic_path(out) as tmp:
+        onnx.save(converted, str(tmp))
+
+
+# ---------------------------------------------------------------------------- TorchScript
+
+
+def torchscript_fp16(
+    source: Path, out: Path, example_inputs: dict[str, np.ndarray], *, device: str = "cuda"
+) -> None:
+    """The TorchScript export in half precision on ``device``, wrapped so that it takes and
+    returns float32 (the served signature stays the export's): float32 inputs are cast to
+    float16 before the model and float16 outputs back to float32 after it. The wrapper is traced
+    with the model's example inputs; a scripted model stays scripted inside it."""
+    import torch
+
+    inner = torch.jit.load(str(source), map_location=device).eval().half()
+
+    class Float32Io(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: torch.Tensor) -> Any:
+            cast = [x.half() if x.dtype == torch.float32 else x for x in inputs]
+            result = self.inner(*cast)
+            if isinstance(result, torch.Tensor):
+                return result.float() if result.dtype == torch.float16 else result
+            return tuple(r.float() if r.dtype == torch.float16 else r for r in result)
+
+    feeds = tuple(torch.from_numpy(a).to(device) for a in example_inputs.values())
+    with torch.no_grad():
+        traced = torch.jit.trace(Float32Io().eval(), feeds, check_trace=False)
+    with atomic_path(out) as tmp:
+        torch.jit.save(traced, str(tmp))
+
+
+# ---------------------------------------------------------------------------- TF-TRT
+
+
+def tf_trt_parameters(precision: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of ``tf.experimental.tensorrt.Converter`` (TrtGraphConverterV2)."""
+    if precision not in ("fp32", "fp16"):
+        raise ConfigError(f"TF-TRT precision {precision!r}; valid choices: fp16, fp32")
+    return {
+        "precision_mode": precision.upper(),
+        "max_workspace_size_bytes": int(settings["workspace_mb"]) * MIB,
+        "minimum_segment_size": int(settings["minimum_segment_size"]),
+        "maximum_cached_engines": int(settings["maximum_cached_engines"]),
+    }
+
+
+def tf_trt(
+    source: Path, out: Path, parameters: dict[str, Any], build_inputs: dict[str, np.ndarray]
+) -> None:
+    """Convert the SavedModel with TF-TRT and build its engines for ``build_inputs`` (a batch of
+    max_batch: in implicit-batch mode one engine then serves every smaller batch)."""
+    import tensorflow as tf
+
+    converter = tf.experimental.tensorrt.Converter(input_saved_model_dir=str(source), **parameters)
+    converter.convert()
+
+    def batches() -> Any:
+        yield {name: tf.constant(value) for name, value in build_inputs.items()}
+
+    converter.build(input_fn=batches)
+    with atomic_path(out) as tmp:
+        tmp.unlink()  # TF writes the SavedModel directory itself
+        converter.save(str(tmp))
+
+
+# ---------------------------------------------------------------------------- dispatch
+
+
+def _run_to(out: Path, write: Callable[[Path], Any]) -> None:
+    with atomic_path(out) as tmp:
+        write(tmp)
+
+
+def tool_versions(converter: str) -> dict[str, str | None]:
+    """Versions of what a converter runs with (for the provenance sidecar)."""
+    names = {
+        "tensorrt": ("tensorrt", "onnx"),
+        "onnx-fp16": ("onnxconverter-common", "onnx"),
+        "torchscript-fp16": ("torch",),
+        "tf-trt": ("tensorflow", "tensorflow-cpu", "tensorrt"),
+    }[converter]
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def convert(
@@ -64,29 +369,60 @@ def convert(
     source: Path,
     out: Path,
     precision: str,
+    settings: Mapping[str, Any],
     inputs: list[TensorSpec],
-    max_batch: int,
-    workspace_mb: int = 10000,
-) -> list[str]:
-    """Run the conversion; returns the command it ran."""
+    example_inputs: Callable[[int], dict[str, np.ndarray]],
+) -> dict[str, Any]:
+    """Run the conversion; returns what it did (converter, parameters or command, versions).
+
+    ``inputs`` is the model's signature, ``example_inputs(batch)`` deterministic feeds of it.
+    GPU-only converters check for a GPU after working out what they would run.
+    """
     if converter not in CONVERTERS:
         raise ValueError(f"unknown converter {converter!r}; valid choices: {', '.join(CONVERTERS)}")
-    if not gpu_visible():
+    record: dict[str, Any] = {
+        "converter": converter,
+        "precision": precision,
+        "settings": dict(settings),
+    }
+    job: Callable[[], None]
+    if converter == "tensorrt":
+        profile = tensorrt_profile(artifact_inputs(inputs, source), settings)
+        version = trtexec_version() if shutil.which("trtexec") else None
+
+        def trtexec(plan: Path) -> list[str]:
+            return tensorrt_command(
+                onnx=source,
+                plan=plan,
+                precision=precision,
+                profile=profile,
+                workspace_mb=int(settings["workspace_mb"]),
+                trt_version=version,
+            )
+
+        record["profile"] = {n: {k: list(v) for k, v in s.items()} for n, s in profile.items()}
+        record["command"] = trtexec(out)
+        record["trtexec"] = f"TensorRT {version[0]}.{version[1]}" if version else None
+        job = lambda: _run_to(out, lambda tmp: subprocess.run(trtexec(tmp), check=True))
+    elif converter == "onnx-fp16":
+        blocked = list(settings.get("op_block_list") or [])
+        record["parameters"] = {"keep_io_types": True, "op_block_list": blocked}
+        job = lambda: onnx_fp16(source, out, op_block_list=blocked)
+    elif converter == "torchscript-fp16":
+        record["parameters"] = {"device": "cuda", "io": "float32", "compute": "float16"}
+        job = lambda: torchscript_fp16(source, out, example_inputs(1), device="cuda")
+    else:  # tf-trt
+        parameters = tf_trt_parameters(precision, settings)
+        build_batch = int(settings["max_batch"])
+        record["parameters"] = {**parameters, "build_batch": build_batch}
+        job = lambda: tf_trt(source, out, parameters, example_inputs(build_batch))
+
+    if converter in NEEDS_GPU and not gpu_visible():
+        what = " ".join(record["command"]) if "command" in record else record.get("parameters")
         raise NeedsGPU(
             f"conversion {converter!r} to {precision} needs a GPU node (no GPU is visible here); "
-            "submit it to the cluster with `--profile profiles/slurm`"
+            f"submit it to the cluster with `--profile profiles/slurm`. It would run: {what}"
         )
-    if converter != "tensorrt":
-        raise NotImplementedError(f"converter {converter!r} is not implemented yet")
-    cmd = tensorrt_command(
-        onnx=source,
-        plan=out,
-        precision=precision,
-        inputs=inputs,
-        min_batch=1,
-        opt_batch=max_batch,
-        max_batch=max_batch,
-        workspace_mb=workspace_mb,
-    )
-    subprocess.run(cmd, check=True)
-    return cmd
+    job()
+    record["versions"] = tool_versions(converter)
+    return record

@@ -80,26 +80,56 @@ def export(
     write_json(provenance_out, provenance.collect(out, config, verification=report))
 
 
+def convert(
+    *,
+    model: dict[str, Any],
+    converter: str,
+    settings: dict[str, Any],
+    precision: str,
+    source: str,
+    out: str,
+    provenance_out: str,
+) -> None:
+    from .convert import convert as run_converter
+
+    family = load_family(model["module"], model["hparams"])
+    record = run_converter(
+        converter,
+        source=Path(source),
+        out=Path(out),
+        precision=precision,
+        settings=settings,
+        inputs=family.inputs,
+        example_inputs=lambda batch: family.example_inputs(batch, seed=0),
+    )
+    log.info("converted %s: %s", out, record)
+    write_json(provenance_out, provenance.collect(out, {"model": model}, conversion=record))
+
+
 def repository(
     *,
     model: dict[str, Any],
     model_name: str,
-    serving: dict[str, str],
+    serving: dict[str, Any],
     triton: dict[str, Any],
     device: str,
     artifact: str,
     artifact_name: str,
     out: str,
+    signature: str | None = None,
 ) -> None:
+    """``signature``: an ONNX file whose graph inputs are the ones served (native backends)."""
+    from .convert import artifact_inputs
     from .repository import build_repository, model_config
 
     family = load_family(model["module"], model["hparams"])
+    inputs = artifact_inputs(family.inputs, Path(signature)) if signature else family.inputs
     config = model_config(
         name=model_name,
         serving=serving,
         triton=triton,
         device=device,
-        inputs=family.inputs,
+        inputs=inputs,
         outputs=family.outputs,
         artifact_name=artifact_name,
     )
@@ -196,7 +226,7 @@ def perf(
     server_log: str,
     perf_log: str,
 ) -> None:
-    from .accuracy import infer_triton
+    from .accuracy import infer_triton, served_feeds, served_inputs
     from .perf import COLUMNS as PERF_COLUMNS
     from .perf import (
         SCENARIOS,
@@ -214,9 +244,13 @@ def perf(
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
         sample = family.example_inputs(1, seed=0)
-        write_input_data(sample, input_data)
         with graceful_signals(), _server(repo, server_log, server_settings) as server:
             server_info = server.metadata()
+            # perf_analyzer gets the inputs the served model takes (a native backend serves
+            # the artifact's own inputs; see served_feeds).
+            write_input_data(
+                served_feeds(sample, served_inputs(server.http_url, model_name)), input_data
+            )
             # What one sample's outputs take (variable-length outputs included), with margin.
             outputs = infer_triton(
                 server.http_url, model_name, sample, [s.name for s in family.outputs]

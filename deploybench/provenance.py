@@ -116,9 +116,10 @@ def host() -> dict[str, Any]:
 
 
 def container() -> dict[str, Any]:
-    """The container the job runs in (Apptainer sets these), or none for the native venv."""
-    image = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
-    return {"image": image, "runtime": "apptainer" if image else "native venv"}
+    """The image the job runs in and its digest (see deploybench.images), or the native venv."""
+    from .images import running_image
+
+    return running_image()
 
 
 def collect(result: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:

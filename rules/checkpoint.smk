@@ -1,13 +1,14 @@
 rule prepare_checkpoint:
     input:
         checkpoint_name,
+        image=image_input("framework"),
     output:
         checkpoint=CHECKPOINT,
         provenance="results/{model}/checkpoint/{checkpoint_file}.provenance.json",
     log:
         "logs/{model}/{checkpoint_file}.log",
     container:
-        image("framework")
+        container_of("framework")
     resources:
         mem_mb=lambda w: model_base(w.model)["export"]["mem_mb"],
     params:

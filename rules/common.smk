@@ -4,17 +4,36 @@
 # message naming the value and the valid choices.
 
 import functools
+import os
 import re
 
 from snakemake.utils import validate
 
+from snakemake.settings.types import DeploymentMethod
+
 from deploybench import config as dbconfig
+from deploybench import images
 from deploybench.models import CHECKPOINT_FILES, framework_of
+from deploybench.convert import conversion_settings
 from deploybench.repository import serving
 
 SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
 validate(config, SCHEMA)
 dbconfig.check_sizings(config, dbconfig.load_yaml(SCHEMA))
+images.check_images(config)
+USE_APPTAINER = (
+    DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
+)
+if USE_APPTAINER:
+    # Snakemake mounts the working directory; a job also reads this deploybench (mounted
+    # read-only and put on the container's PYTHONPATH) and any data configured outside the
+    # working directory (checkpoints, task data sets).
+    SOURCE_TREE = str(images.source_tree())
+    workflow.deployment_settings.apptainer_args = images.job_options(
+        workflow.deployment_settings.apptainer_args,
+        [f"{SOURCE_TREE}:{SOURCE_TREE}:ro", *images.data_binds(config, os.getcwd())],
+        {"PYTHONPATH": SOURCE_TREE},
+    )
 
 
 wildcard_constraints:
@@ -108,9 +127,38 @@ def model_identity(model):
     return {k: m.get(k) for k in keys}
 
 
-def image(role):
-    """The pinned container image of ``role`` (framework | triton | client) for a model."""
-    return lambda wildcards: model_base(wildcards.model)["containers"][role]
+# Images the workflow builds (rule container_image), by name.
+BUILT_IMAGES = sorted(n for n, i in config["images"].items() if images.is_built(i))
+
+
+def image_build(wildcards):
+    """An image's config with its definition and requirements as paths in the source tree."""
+    return images.in_source_tree(config["images"][wildcards.image], workflow.basedir)
+
+
+def image_of(model, role):
+    """The name of the image that runs ``role`` (framework | triton) jobs of ``model``."""
+    return model_base(model)["containers"][role]
+
+
+def container_of(role):
+    """For `container:` — the image that runs this job (used with --sdm apptainer)."""
+    return lambda w: images.container_uri(
+        image_of(w.model, role), config["images"][image_of(w.model, role)]
+    )
+
+
+def image_input(role):
+    """The built image as an input (so it is built first, and a rebuilt image reruns the jobs
+    it ran) — only when jobs run in containers; a native run needs no image."""
+
+    def inputs(w):
+        name = image_of(w.model, role)
+        if not USE_APPTAINER or not images.is_built(config["images"][name]):
+            return []
+        return [images.sif_path(name)]
+
+    return inputs
 
 
 def configured_checkpoint(wildcards):
@@ -182,6 +230,16 @@ def served_artifact(wildcards):
     return in_run(CONVERTED, run, artifact=run.format_settings["artifact"])
 
 
+def served_signature(wildcards):
+    """The ONNX graph whose inputs a native backend serves (ONNX export drops unused inputs, and
+    a TensorRT plan takes those of the ONNX it was built from); none on CPU, where the python
+    backend takes every input and the runtime picks its own."""
+    run = run_of(wildcards)
+    if run.device == "cpu" or run.export_format != "onnx":
+        return []
+    return [export_of(run)]
+
+
 def run_info(wildcards):
     """What identifies a run in its results and provenance."""
     run = run_of(wildcards)
@@ -229,3 +287,28 @@ def measure_settings(wildcards):
         "warmup_factor": perf["warmup_factor"],
         "timeout_s": perf["timeout_s"],
     }
+
+
+# --- SLURM / GPU requests ------------------------------------------------------------------
+# Resource callables of the rules that run on the GPU (convert, accuracy, offline, online).
+# snakemake-executor-plugin-slurm turns `gpu` (+ `gpu_model`) into `--gpus=<model>:1`,
+# `slurm_partition` into -p and `constraint` into -C (profiles/slurm); locally `gpu` counts
+# against `--resources gpu=N`. Values come from `gpus.<gpu>.slurm` in the config; None leaves a
+# request to the cluster's default. A run on a CPU device asks for no GPU.
+
+
+def gpu_request(wildcards):
+    """One whole GPU for a run on a GPU device, none on a CPU device."""
+    return 1 if run_of(wildcards).device == "gpu" else 0
+
+
+def slurm_setting(key):
+    """The run's `gpus.<gpu>.slurm.<key>` (partition | gpu_model | constraint), or None."""
+
+    def value(wildcards):
+        run = run_of(wildcards)
+        if key == "gpu_model" and run.device != "gpu":
+            return None
+        return (run.gpu_settings.get("slurm") or {}).get(key)
+
+    return value

@@ -4,6 +4,7 @@ rule export:
     input:
         checkpoint=export_artifact,
         source=export_source,
+        image=image_input("framework"),
     output:
         artifact=EXPORT,
         provenance=f"{EXPORT}.provenance.json",
@@ -12,7 +13,7 @@ rule export:
     wildcard_constraints:
         artifact=one_of(FILE_ARTIFACTS),
     container:
-        image("framework")
+        container_of("framework")
     resources:
         mem_mb=lambda w: model_base(w.model)["export"]["mem_mb"],
     params:

@@ -1,12 +1,7 @@
 # Apptainer images built from envs/*.def over pinned NGC bases. Built where Snakemake runs (a
 # login node can pull from NGC; compute nodes often cannot), rebuilt only when the definition,
-# its requirements or the pinned bases change.
-BUILT_IMAGES = sorted(n for n, i in config["images"].items() if images.is_built(i))
-
-
-def image_build(w):
-    """The image's config with its definition and requirements as paths in this source tree."""
-    return images.in_source_tree(config["images"][w.image], workflow.basedir)
+# its requirements or the pinned bases change. It runs `apptainer` itself, so it has no
+# container of its own.
 
 
 localrules:
@@ -25,7 +20,12 @@ rule container_image:
     wildcard_constraints:
         image=one_of(BUILT_IMAGES),
     params:
-        name=lambda w: w.image,
         image=image_build,
-    script:
-        "../scripts/container_image.py"
+    run:
+        images.build(
+            name=wildcards.image,
+            image=params.image,
+            out=output.image,
+            record_out=output.record,
+            log_file=log[0],
+        )

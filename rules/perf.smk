@@ -6,6 +6,7 @@
 rule offline:
     input:
         repository=repository_of,
+        image=image_input("triton"),
     output:
         csv=f"{RUN_DIR}/offline.csv",
         provenance=f"{RUN_DIR}/offline.provenance.json",
@@ -14,10 +15,15 @@ rule offline:
         server=f"{LOG_DIR}/offline.server.log",
         perf=f"{LOG_DIR}/offline.perf_analyzer.log",
     container:
-        image("triton")
+        container_of("triton")
     threads: workflow.cores
     resources:
         triton_server=1,
+        # a whole GPU of its own: SLURM never hands an allocated GPU to a second job
+        gpu=gpu_request,
+        gpu_model=slurm_setting("gpu_model"),
+        slurm_partition=slurm_setting("partition"),
+        constraint=slurm_setting("constraint"),
     params:
         scenario="offline",
         model=lambda w: model_identity(w.model),

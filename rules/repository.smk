@@ -1,12 +1,14 @@
 rule repository:
     input:
         artifact=served_artifact,
+        signature=served_signature,
+        image=image_input("framework"),
     output:
         repository=directory(REPOSITORY),
     log:
         f"{LOG_DIR}/repository.log",
     container:
-        image("framework")
+        container_of("framework")
     params:
         model=lambda w: model_identity(w.model),
         model_name=lambda w: w.model,

@@ -12,5 +12,6 @@ jobs.repository(
     device=smk.params.device,
     artifact=smk.input.artifact,
     artifact_name=smk.params.artifact_name,
+    signature=smk.input.signature[0] if smk.input.signature else None,
     out=smk.output.repository,
 )

@@ -49,16 +49,23 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
 
 
 def run_snakemake(
-    workdir: Path, *args: str, timeout: float = 900
+    workdir: Path,
+    *args: str,
+    timeout: float = 900,
+    snakefile: Path = REPO / "Snakefile",
+    env: dict[str, str] | None = None,
+    path_first: tuple[Path, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
+    """Snakemake with the local profile; ``path_first`` goes before the venv on PATH."""
     cmd = [
         str(BIN / "snakemake"),
-        "--snakefile", str(REPO / "Snakefile"),
+        "--snakefile", str(snakefile),
         "--directory", str(workdir),
         "--profile", str(REPO / "profiles" / "local"),
         *args,
     ]  # fmt: skip
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    path = os.pathsep.join([*map(str, path_first), str(BIN), os.environ.get("PATH", "")])
+    env = {**os.environ, **(env or {}), "PATH": path}
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False
     )

@@ -144,3 +144,14 @@ def test_sizing_for_unknown_model_is_rejected(config):
         dbc.ConfigError, match="sizings.cpu: unknown model 'bert9'; valid choices: "
     ):
         dbc.check_sizings(config, dbc.load_yaml(SCHEMA))
+
+
+def test_fp16_runs_are_checked_at_their_own_tolerance(config):
+    fp16 = dbc.resolve(config, "bert", "A30", "trt", "fp16").settings["accuracy"]["tolerance"]
+    fp32 = dbc.resolve(config, "bert", "A30", "onnx", "fp32").settings["accuracy"]["tolerance"]
+    assert fp16["output__0"] == {"atol": 5.0, "rtol": 5.0}  # DLE's navigator check at fp16
+    assert fp32 == config["models"]["bert"]["accuracy"]["tolerance"]
+    # a model without fp16 tolerances keeps its own at fp16
+    del config["models"]["bert"]["accuracy"]["precision_tolerance"]
+    same = dbc.resolve(config, "bert", "A30", "trt", "fp16").settings["accuracy"]["tolerance"]
+    assert same == fp32

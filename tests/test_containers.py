@@ -79,7 +79,9 @@ def test_definitions_use_the_build_args_they_are_given():
 def test_unknown_image_name_is_a_config_error():
     config = base_config()
     config["models"]["tft"]["containers"]["triton"] = "triton-99.99"
-    with pytest.raises(ConfigError, match=r"unknown image 'triton-99.99'; valid choices: .*triton-25.01"):
+    with pytest.raises(
+        ConfigError, match=r"unknown image 'triton-99.99'; valid choices: .*triton-25.01"
+    ):
         images.check_images(config)
 
 
@@ -195,8 +197,8 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
         container = json.loads((work / RUN / f"{name}.provenance.json").read_text())["container"]
         record = json.loads((work / expected_image[role]).with_suffix(".json").read_text())
         assert container["image"] == expected_image[role]
-        assert container["sha256"] == record["sha256"] == images.sha256_of(
-            work / expected_image[role]
+        assert (
+            container["sha256"] == record["sha256"] == images.sha256_of(work / expected_image[role])
         )
         assert "standin" in container["record"]["apptainer"]  # the record says what built it
     export = json.loads(

@@ -1,13 +1,11 @@
 """Accuracy comparison, perf_analyzer command/result handling, repository config."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from deploybench import accuracy, perf
-from deploybench.convert import NeedsGPU, convert, tensorrt_command
 from deploybench.repository import build_repository, model_config
 from deploybench.tensors import TensorSpec
 
@@ -206,7 +204,7 @@ def test_config_pbtxt_for_python_backend():
 
 def test_config_pbtxt_for_native_gpu_backend():
     text = _config("tensorrt").to_pbtxt()
-    assert 'backend: "tensorrt"' in text and "KIND_GPU" in text and "parameters" not in text
+    assert 'platform: "tensorrt_plan"' in text and "KIND_GPU" in text and "parameters" not in text
 
 
 def test_repository_layout_and_replacement(tmp_path):
@@ -224,37 +222,6 @@ def test_repository_layout_and_replacement(tmp_path):
     build_repository(_config(), artifact, "model.onnx", out)  # rebuilt whole
     assert not (out / "stale").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-
-
-def test_tensorrt_command_has_profiles_and_precision():
-    cmd = tensorrt_command(
-        onnx=Path("m.onnx"),
-        plan=Path("m.plan"),
-        precision="fp16",
-        inputs=SPECS_IN,
-        min_batch=1,
-        opt_batch=512,
-        max_batch=1024,
-        workspace_mb=10000,
-    )
-    assert "--minShapes=x__0:1x192x3,c__1:1x1" in cmd
-    assert "--optShapes=x__0:512x192x3,c__1:512x1" in cmd
-    assert "--maxShapes=x__0:1024x192x3,c__1:1024x1" in cmd
-    assert "--fp16" in cmd and "--memPoolSize=workspace:10000M" in cmd
-
-
-def test_convert_without_gpu_says_so(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with pytest.raises(NeedsGPU, match="needs a GPU node"):
-        convert(
-            "tensorrt",
-            source=tmp_path / "m.onnx",
-            out=tmp_path / "m.plan",
-            precision="fp16",
-            inputs=SPECS_IN,
-            max_batch=8,
-        )
-    assert not (tmp_path / "m.plan").exists()
 
 
 def test_output_shared_memory_holds_a_whole_batch(tmp_path):
