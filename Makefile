@@ -14,7 +14,9 @@ $(STAMP): envs/setup.sh envs/requirements.txt envs/constraints.txt envs/dev.txt 
 demo: setup
 	$(VENV)/bin/snakemake --profile profiles/local
 
+# envs/slurm.sh: Debian's SLURM and munge for the tests' one-node cluster (tests/test_slurm.py)
 test: setup
+	bash envs/slurm.sh
 	$(VENV)/bin/pytest -ra
 
 lint: setup

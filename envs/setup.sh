@@ -18,6 +18,8 @@ PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
 "${PIP[@]}" -U pip
 "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" -c envs/constraints.txt -r envs/requirements.txt -r envs/dev.txt
+# The SLURM executor without its numpy>=2.4.5 pin (see requirements.txt); it runs on numpy 1.26.
+"${PIP[@]}" --no-deps -c envs/constraints.txt snakemake-executor-plugin-slurm
 # perf_analyzer: newer tritonclient wheels carry no binary; keep 2.41.0 apart from the client.
 [ -x "$VENV/perf-analyzer/bin/perf_analyzer" ] ||
     "${PIP[@]}" --no-deps --target "$VENV/perf-analyzer" "tritonclient==2.41.0"
