@@ -13,7 +13,6 @@ are built by pure functions so they can be checked without a GPU.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import shutil
@@ -26,6 +25,7 @@ import numpy as np
 
 from .config import ConfigError, Run
 from .io import atomic_path
+from .provenance import package_versions
 from .tensors import TensorSpec
 
 CONVERTERS = ("tensorrt", "onnx-fp16", "torchscript-fp16", "tf-trt")
@@ -354,13 +354,7 @@ def tool_versions(converter: str) -> dict[str, str | None]:
         "torchscript-fp16": ("torch",),
         "tf-trt": ("tensorflow", "tensorflow-cpu", "tensorrt"),
     }[converter]
-    versions: dict[str, str | None] = {}
-    for name in names:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+    return package_versions(names)
 
 
 def convert(

@@ -25,9 +25,10 @@ PACKAGES = (
 )
 
 
-def package_versions() -> dict[str, str | None]:
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed versions of ``names`` (None: not installed)."""
     versions: dict[str, str | None] = {}
-    for name in PACKAGES:
+    for name in names:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
