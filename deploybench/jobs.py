@@ -280,3 +280,100 @@ def perf(
     write_csv(out, rows, PERF_COLUMNS)
     config = {"scenario": scenario, "points": points, "measure": measure, **run}
     write_json(provenance_out, provenance.collect(out, config, tritonserver=server_info))
+
+
+def plots(
+    *,
+    run_path: str,
+    offline: str,
+    online: str,
+    published: str,
+    config: dict[str, Any],
+    options: dict[str, Any],
+    outputs: dict[str, str],
+) -> None:
+    """The charts of one run: ``outputs`` maps a chart name to its file stem."""
+    import pandas as pd
+
+    from . import plots as charts
+    from .report import published_rows
+
+    offline_rows, online_rows = pd.read_csv(offline), pd.read_csv(online)
+    reference = published_rows(config, pd.read_csv(published), run_path)
+    built = {
+        "offline_throughput": charts.offline_throughput(offline_rows),
+        "offline_latency": charts.offline_latency(offline_rows),
+        "online_latency_breakdown": charts.online_latency_breakdown(online_rows),
+        "online_throughput_latency": charts.online_throughput_latency(online_rows),
+        "published_offline": charts.published_overlay(offline_rows, reference, "offline"),
+        "published_online": charts.published_overlay(online_rows, reference, "online"),
+    }
+    for name, stem in outputs.items():
+        chart = built[name].properties(width=options["width"], height=options["height"])
+        charts.save(chart, Path(stem))
+        log.info("%s: %s", name, stem)
+
+
+def report(
+    *,
+    model: str,
+    runs: list[dict[str, Any]],
+    published: str,
+    config: dict[str, Any],
+    options: dict[str, Any],
+    markdown_out: str,
+    html_out: str,
+    comparison_stems: dict[str, str],
+) -> None:
+    """One model's page: every run's configuration, plots, tables and provenance, the
+    comparison across its runs, and measured vs published per point."""
+    import os
+
+    import pandas as pd
+
+    from . import plots as charts
+    from .io import atomic_path
+    from .report import (
+        published_rows,
+        ratios,
+        read_json,
+        render_html,
+        run_section,
+        summary_section,
+    )
+
+    reference = pd.read_csv(published)
+    here = Path(markdown_out).parent
+    sections: list[str] = []
+    comparisons: dict[str, pd.DataFrame] = {}
+    frames: dict[str, list[pd.DataFrame]] = {"offline": [], "online": []}
+    for run in runs:
+        offline, online = pd.read_csv(run["offline"]), pd.read_csv(run["online"])
+        frames["offline"].append(offline)
+        frames["online"].append(online)
+        plots = [os.path.relpath(p, here) for p in run["plots"]]
+        provenance = read_json(run["provenance"])
+        provenance["config"]["accelerator"] = run["accelerator"]
+        sections.append(run_section(run["path"], offline, online, provenance, plots))
+        matched = published_rows(config, reference, run["path"])
+        comparisons[run["path"]] = ratios(pd.concat([offline, online]), matched)
+    comparison_plots = []
+    for scenario, stem in comparison_stems.items():
+        chart = charts.comparison(pd.concat(frames[scenario]), scenario).properties(
+            width=options["width"], height=options["height"]
+        )
+        charts.save(chart, Path(stem))
+        comparison_plots.append(os.path.relpath(f"{stem}.png", here))
+    text = "\n\n".join(
+        [
+            f"# {model}: Triton Inference Server performance",
+            "Configurations compared: " + ", ".join(r["path"] for r in runs),
+            *[f"![{Path(p).stem}]({p})" for p in comparison_plots],
+            summary_section(comparisons),
+            *sections,
+        ]
+    )
+    with atomic_path(markdown_out) as tmp:
+        Path(tmp).write_text(text + "\n")
+    with atomic_path(html_out) as tmp:
+        Path(tmp).write_text(render_html(text, f"{model} performance"))

@@ -312,3 +312,101 @@ def slurm_setting(key):
         return (run.gpu_settings.get("slurm") or {}).get(key)
 
     return value
+
+
+# --- Plots and reports ---------------------------------------------------------------------
+PUBLISHED = workflow.source_path("../config/reference/published.csv")
+PLOTS = (
+    "offline_throughput",
+    "offline_latency",
+    "online_latency_breakdown",
+    "online_throughput_latency",
+    "published_offline",
+    "published_online",
+)
+SCENARIOS = ("offline", "online")
+PLOT_STEM = f"{RUN_DIR}/plots/{{name}}"
+REPORT_DIR = "reports/{report_set}"
+COMPARISON_STEM = f"{REPORT_DIR}/{{model}}/comparison_{{scenario}}"
+
+
+wildcard_constraints:
+    report_set=r"[A-Za-z0-9_-]+",
+
+
+def plot_files(ext):
+    """A run's chart files with extension ``ext`` (patterns over the run's wildcards)."""
+    return [f"{RUN_DIR}/plots/{name}.{ext}" for name in PLOTS]
+
+
+def comparison_files():
+    return [
+        f"{REPORT_DIR}/{{model}}/comparison_{scenario}.{ext}"
+        for scenario in SCENARIOS
+        for ext in ("svg", "png", "html")
+    ]
+
+
+def run_fields(path):
+    """``model/gpu/format/precision`` as a tuple."""
+    return tuple(path.split("/"))
+
+
+@functools.cache
+def _runs():
+    return tuple(dbconfig.all_runs(config))
+
+
+def runs_in_report(report_set, model):
+    """The runs of ``model`` on the GPUs of report set ``report_set``."""
+    sets = config["report"]["sets"]
+    if report_set not in sets:
+        raise dbconfig.ConfigError(
+            f"unknown report set {report_set!r}; valid choices: {', '.join(sorted(sets))}"
+        )
+    gpus = sets[report_set]["gpus"]
+    runs = [r for r in _runs() if run_fields(r)[:2] in {(model, g) for g in gpus}]
+    if not runs:
+        raise dbconfig.ConfigError(
+            f"model {model!r} has no run on the GPUs of report set {report_set!r} ({', '.join(gpus)})"
+        )
+    return runs
+
+
+def report_runs(wildcards):
+    """What the report page reads for each run."""
+    entries = []
+    for path in runs_in_report(wildcards.report_set, wildcards.model):
+        run = dbconfig.resolve(config, *path.split("/"))
+        base = in_run(RUN_DIR, run)
+        entries.append(
+            {
+                "path": path,
+                "offline": f"{base}/offline.csv",
+                "online": f"{base}/online.csv",
+                "provenance": f"{base}/offline.provenance.json",
+                "plots": [in_run(p, run) for p in plot_files("png")],
+                "accelerator": run.format_settings.get("accelerator", "none"),
+            }
+        )
+    return entries
+
+
+def report_inputs(wildcards):
+    runs = report_runs(wildcards)
+    return {
+        "csv": [r[s] for r in runs for s in SCENARIOS],
+        "provenance": [r["provenance"] for r in runs],
+        "plots": [p for r in runs for p in r["plots"]],
+    }
+
+
+def all_reports():
+    """Every configured report set's page of every model that has runs in it."""
+    pages = []
+    for report_set, settings in config["report"]["sets"].items():
+        models = sorted(
+            {run_fields(r)[0] for r in _runs() if run_fields(r)[1] in settings["gpus"]}
+        )
+        pages += [f"reports/{report_set}/{m}.html" for m in models]
+    return pages
