@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
+from .io import atomic_path, write_json
 
 ROLES = ("framework", "triton")
 IMAGE_DIR = "images"
@@ -140,10 +141,8 @@ def build(
     """Build the image into a temporary file, move it into place, and write its record."""
     definition = str(image["definition"])
     args = build_args(image)
-    partial = Path(out).with_name(f".{Path(out).name}.partial")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    cmd = build_command(apptainer, definition, partial, args, list(extra_args or []))
-    try:
+    with atomic_path(out) as partial:
+        cmd = build_command(apptainer, definition, partial, args, list(extra_args or []))
         with open(log_file, "a") as log:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
@@ -159,12 +158,7 @@ def build(
             "apptainer": apptainer_version(apptainer),
             "built": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
-        partial.replace(out)
-    finally:
-        partial.unlink(missing_ok=True)
-    tmp = Path(record_out).with_name(f".{Path(record_out).name}.partial")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(record_out)
+    write_json(record_out, record)
     return record
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import provenance
-from .io import write_csv, write_json
+from .io import write_csv, write_json, write_text
 from .models import load_family
 
 log = logging.getLogger("deploybench")
@@ -332,7 +332,6 @@ def report(
     import pandas as pd
 
     from . import plots as charts
-    from .io import atomic_path
     from .report import (
         published_rows,
         ratios,
@@ -373,7 +372,5 @@ def report(
             *sections,
         ]
     )
-    with atomic_path(markdown_out) as tmp:
-        Path(tmp).write_text(text + "\n")
-    with atomic_path(html_out) as tmp:
-        Path(tmp).write_text(render_html(text, f"{model} performance"))
+    write_text(markdown_out, text + "\n")
+    write_text(html_out, render_html(text, f"{model} performance"))

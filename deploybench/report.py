@@ -48,9 +48,13 @@ def published_rows(config: dict[str, Any], published: pd.DataFrame, run_path: st
         except ConfigError:
             return False
 
-    if published.empty:
-        return published
-    return published[published.apply(reproduces, axis=1)]
+    # A published row resolves with its own gpu and precision: only those can match, and
+    # resolving (a deep copy of the settings) all thousand rows per run is needless work.
+    _, gpu, _, precision = run_path.split("/")
+    candidates = published[(published["gpu"] == gpu) & (published["precision"] == precision)]
+    if candidates.empty:
+        return candidates
+    return candidates[candidates.apply(reproduces, axis=1)]
 
 
 def ratios(measured: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:

@@ -377,7 +377,7 @@ def report_runs(wildcards):
     """What the report page reads for each run."""
     entries = []
     for path in runs_in_report(wildcards.report_set, wildcards.model):
-        run = dbconfig.resolve(config, *path.split("/"))
+        run = _resolved(*run_fields(path))
         base = in_run(RUN_DIR, run)
         entries.append(
             {
