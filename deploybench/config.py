@@ -155,9 +155,16 @@ def resolve(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: s
     return run
 
 
+def check_path(key: str, value: str | None) -> None:
+    """A configured file or directory must exist when the DAG is built, not fail in a job."""
+    if value and not Path(value).exists():
+        raise ConfigError(f"{key}: {value!r} does not exist; set it to an existing path or null")
+
+
 def check_task(run: Run) -> None:
     """A task metric needs trained weights: of a seeded-random network it would mean nothing."""
     task = run.settings["accuracy"].get("task") or {}
+    check_path(f"models.{run.model}.accuracy.task.path", task.get("path"))
     if task.get("path") and not run.settings.get("checkpoint"):
         raise ConfigError(
             f"models.{run.model}.accuracy.task.path is set but models.{run.model}.checkpoint is "

@@ -10,7 +10,6 @@ provenance copies that record, so each result names the exact image that produce
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import shlex
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
-from .io import atomic_path, write_json
+from .io import atomic_path, sha256_of, write_json
 
 ROLES = ("framework", "triton")
 IMAGE_DIR = "images"
@@ -113,14 +112,6 @@ def build_command(
     for arg in args:
         cmd += ["--build-arg", arg]
     return [*cmd, str(out), definition]
-
-
-def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def apptainer_version(apptainer: str) -> str:

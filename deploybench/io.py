@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -28,9 +29,19 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         yield tmp_path
         if tmp_path.is_dir():
             _remove(target)
+        elif tmp_path.exists():
+            # mkstemp makes the file 0600; give it the mode a plain open() would (others on a
+            # shared cluster file system must be able to read results).
+            tmp_path.chmod(0o666 & ~_umask())
         tmp_path.replace(target)
     finally:
         _remove(tmp_path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def _remove(path: Path) -> None:
@@ -54,3 +65,17 @@ def write_csv(path: Path | str, rows: list[dict[str, Any]], columns: list[str]) 
 
 def write_json(path: Path | str, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def sha256_of(path: Path | str, chunk: int = 1 << 22) -> str:
+    """The sha256 of a file, or of a directory's files (relative names and contents, in order)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if file != path:
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+        with file.open("rb") as f:
+            while block := f.read(chunk):
+                digest.update(block)
+    return digest.hexdigest()

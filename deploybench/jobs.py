@@ -5,6 +5,7 @@ Each step writes its outputs whole (or not at all) and a provenance sidecar besi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import tempfile
@@ -115,6 +116,7 @@ def repository(
     device: str,
     artifact: str,
     artifact_name: str,
+    artifact_provenance: str,
     out: str,
     signature: str | None = None,
 ) -> None:
@@ -122,6 +124,7 @@ def repository(
     from .convert import artifact_inputs
     from .repository import build_repository, model_config
 
+    provenance.verify(artifact, artifact_provenance)
     family = load_family(model["module"], model["hparams"])
     inputs = artifact_inputs(family.inputs, Path(signature)) if signature else family.inputs
     config = model_config(
@@ -233,6 +236,7 @@ def perf(
         MeasureSettings,
         Point,
         measure_point,
+        shared_memory_lock,
         write_input_data,
     )
     from .server import graceful_signals
@@ -244,13 +248,20 @@ def perf(
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
         sample = family.example_inputs(1, seed=0)
-        with graceful_signals(), _server(repo, server_log, server_settings) as server:
+        with (
+            graceful_signals(),
+            _server(repo, server_log, server_settings) as server,
+            contextlib.ExitStack() as stack,
+        ):
             server_info = server.metadata()
             # perf_analyzer gets the inputs the served model takes (a native backend serves
             # the artifact's own inputs; see served_feeds).
-            write_input_data(
-                served_feeds(sample, served_inputs(server.http_url, model_name)), input_data
-            )
+            feeds = served_feeds(sample, served_inputs(server.http_url, model_name))
+            write_input_data(feeds, input_data)
+            if SCENARIOS[scenario].shared_memory == "system":
+                stack.enter_context(
+                    shared_memory_lock(list(feeds), [s.name for s in family.outputs])
+                )
             # What one sample's outputs take (variable-length outputs included), with margin.
             outputs = infer_triton(
                 server.http_url, model_name, sample, [s.name for s in family.outputs]

@@ -10,7 +10,10 @@ stabilises is measured once more with the stability criterion off and kept with
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -18,7 +21,7 @@ import re
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +164,53 @@ def perf_command(
     if stability_percentage is not None:
         cmd += ["--stability-percentage", stability_percentage]
     return cmd
+
+
+SHM_DIR = Path("/dev/shm")
+
+
+def shared_memory_regions(inputs: list[str], outputs: list[str]) -> list[Path]:
+    """The system shared-memory regions perf_analyzer has open for these tensors: it names them
+    after the tensors (``/<input>_<i>_<j>``, ``/<output>``), not after its process."""
+    if not SHM_DIR.is_dir():
+        return []
+    patterns = [re.compile(re.escape(name) + r"_\d+_\d+") for name in inputs]
+    patterns += [re.compile(re.escape(name)) for name in outputs]
+    return sorted(
+        p for p in SHM_DIR.iterdir() if any(pattern.fullmatch(p.name) for pattern in patterns)
+    )
+
+
+@contextlib.contextmanager
+def shared_memory_lock(inputs: list[str], outputs: list[str]) -> Iterator[None]:
+    """Hold the machine's system shared-memory names of these tensors while measuring.
+
+    Two perf_analyzers on one machine whose models share tensor names (TFT on two data sets,
+    one model in two formats on two GPUs of a node) would otherwise map, overwrite and resize
+    each other's regions; the second waits instead. The lock is an ``flock``, so a killed job
+    cannot leave it held; regions a killed perf_analyzer leaves behind are removed on exit.
+    """
+    if not SHM_DIR.is_dir():
+        yield
+        return
+    names = "\0".join(sorted(inputs) + ["->"] + sorted(outputs))
+    lock_path = SHM_DIR / f"deploybench-perf-{hashlib.sha256(names.encode()).hexdigest()[:16]}.lock"
+    with lock_path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning(
+                "another measurement on this machine uses shared-memory regions named after the "
+                "same tensors (%s); waiting for it to finish (lock %s)",
+                ", ".join(inputs + outputs),
+                lock_path,
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            for region in shared_memory_regions(inputs, outputs):
+                region.unlink(missing_ok=True)
 
 
 def parse_result(csv_path: Path, stdout: str) -> dict[str, Any]:

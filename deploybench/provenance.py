@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.metadata
+import json
 import os
 import platform
 import shutil
@@ -12,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from .io import sha256_of
 
 PACKAGES = (
     "deploybench",
@@ -123,10 +126,15 @@ def container() -> dict[str, Any]:
     return running_image()
 
 
+class ArtifactChanged(RuntimeError):
+    """A result differs from what the job that wrote it recorded (truncated, corrupt, replaced)."""
+
+
 def collect(result: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """Everything that describes how ``result`` was produced."""
+    """Everything that describes how ``result`` was produced (``result`` is already written)."""
     return {
         "result": result,
+        "sha256": sha256_of(result) if Path(result).exists() else None,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "software": package_versions(),
@@ -137,3 +145,18 @@ def collect(result: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]
         "config": config,
         **extra,
     }
+
+
+def verify(result: str | Path, sidecar: str | Path) -> None:
+    """Check ``result`` against the sha256 its sidecar recorded when it was written, so that a
+    truncated or corrupt artifact fails here, naming the file, not as a server that cannot load."""
+    recorded = json.loads(Path(sidecar).read_text()).get("sha256")
+    if recorded is None:
+        return  # written before digests were recorded
+    actual = sha256_of(result)
+    if actual != recorded:
+        raise ArtifactChanged(
+            f"{result} changed after the job that wrote it (sha256 {actual[:12]}, recorded "
+            f"{recorded[:12]} in {sidecar}): it is truncated, corrupt or replaced. Rebuild it with "
+            f"`snakemake --forcerun {result} <target>`"
+        )

@@ -20,6 +20,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 PORT_IN_USE_MARKERS = ("address already in use", "failed to start", "socket bind failed")
 _PR_SET_PDEATHSIG = 1
+SHM_DIR = Path("/dev/shm")  # POSIX shared memory: machine-wide, shared with containers
 
 
 class ServerError(RuntimeError):
@@ -96,6 +98,9 @@ class TritonServer:
         self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None
         self.http_port = self.grpc_port = self.metrics_port = 0
+        # The python backend's regions get a name of this server's own, so that stop() can
+        # remove what a killed server leaves in /dev/shm (it unlinks them only on a clean exit).
+        self.shm_prefix = f"deploybench_{uuid.uuid4().hex[:12]}_"
 
     @property
     def http_url(self) -> str:
@@ -117,6 +122,7 @@ class TritonServer:
             f"--metrics-port={self.metrics_port}",
             "--exit-on-error=true",
             "--strict-readiness=true",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
         backends = tools.backend_directory()
         if backends is not None:
@@ -231,6 +237,12 @@ class TritonServer:
         self._signal_group(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
+        for region in self.shm_regions():
+            region.unlink(missing_ok=True)
+
+    def shm_regions(self) -> list[Path]:
+        """The python backend's shared-memory regions of this server still in /dev/shm."""
+        return sorted(SHM_DIR.glob(f"{self.shm_prefix}*")) if SHM_DIR.is_dir() else []
 
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -74,6 +74,12 @@ def _resolved(model, gpu, fmt, precision):
     return dbconfig.resolve(config, model, gpu, fmt, precision)
 
 
+@functools.cache
+def _runs():
+    """Every run the config allows (``model/gpu/format/precision``), resolved once."""
+    return tuple(dbconfig.all_runs(config))
+
+
 def run_of(wildcards):
     return _resolved(
         wildcards.model, wildcards.gpu, wildcards.format, wildcards.precision
@@ -96,7 +102,7 @@ def results_of(paths):
     files = []
     for path in paths:
         model, gpu, fmt, precision = path.split("/")
-        run = dbconfig.resolve(config, model, gpu, fmt, precision)
+        run = _resolved(model, gpu, fmt, precision)
         files += [f"{in_run(RUN_DIR, run)}/{name}" for name in RESULT_FILES]
     return files
 
@@ -108,7 +114,7 @@ def target_results():
 
 def gpu_results(gpu):
     """The results of every run the config allows on ``gpu`` (every model, format, precision)."""
-    return results_of(r for r in dbconfig.all_runs(config) if r.split("/")[1] == gpu)
+    return results_of(r for r in _runs() if r.split("/")[1] == gpu)
 
 
 def model_base(model):
@@ -164,6 +170,7 @@ def image_input(role):
 def configured_checkpoint(wildcards):
     """The configured checkpoint file (so replacing it reruns everything), if any."""
     source = model_base(wildcards.model).get("checkpoint")
+    dbconfig.check_path(f"models.{wildcards.model}.checkpoint", source)
     return [source] if source else []
 
 
@@ -228,6 +235,11 @@ def served_artifact(wildcards):
     if run.converter is None:
         return export_of(run)
     return in_run(CONVERTED, run, artifact=run.format_settings["artifact"])
+
+
+def served_provenance(wildcards):
+    """The sidecar of the served artifact: the repository job checks the artifact against it."""
+    return f"{served_artifact(wildcards)}.provenance.json"
 
 
 def served_signature(wildcards):
@@ -350,11 +362,6 @@ def comparison_files():
 def run_fields(path):
     """``model/gpu/format/precision`` as a tuple."""
     return tuple(path.split("/"))
-
-
-@functools.cache
-def _runs():
-    return tuple(dbconfig.all_runs(config))
 
 
 def runs_in_report(report_set, model):

@@ -1,6 +1,7 @@
 rule repository:
     input:
         artifact=served_artifact,
+        provenance=served_provenance,
         signature=served_signature,
         image=image_input("framework"),
     output:

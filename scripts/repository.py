@@ -12,6 +12,7 @@ jobs.repository(
     device=smk.params.device,
     artifact=smk.input.artifact,
     artifact_name=smk.params.artifact_name,
+    artifact_provenance=smk.input.provenance,
     signature=smk.input.signature[0] if smk.input.signature else None,
     out=smk.output.repository,
 )

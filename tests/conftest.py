@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,15 +49,15 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
-def run_snakemake(
+def snakemake_command(
     workdir: Path,
     *args: str,
-    timeout: float = 900,
     snakefile: Path = REPO / "Snakefile",
     env: dict[str, str] | None = None,
     path_first: tuple[Path, ...] = (),
-) -> subprocess.CompletedProcess[str]:
-    """Snakemake with the local profile; ``path_first`` goes before the venv on PATH."""
+) -> tuple[list[str], dict[str, str]]:
+    """Snakemake with the local profile, and its environment (``path_first`` before the venv
+    on PATH)."""
     cmd = [
         str(BIN / "snakemake"),
         "--snakefile", str(snakefile),
@@ -65,7 +66,13 @@ def run_snakemake(
         *args,
     ]  # fmt: skip
     path = os.pathsep.join([*map(str, path_first), str(BIN), os.environ.get("PATH", "")])
-    env = {**os.environ, **(env or {}), "PATH": path}
+    return cmd, {**os.environ, **(env or {}), "PATH": path}
+
+
+def run_snakemake(
+    workdir: Path, *args: str, timeout: float = 900, **options: Any
+) -> subprocess.CompletedProcess[str]:
+    cmd, env = snakemake_command(workdir, *args, **options)
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
@@ -95,10 +102,24 @@ def config() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real run of every model on the CPU default at smoke sizes (shared by e2e tests):
-    the default target and rule `cpu`, through real tritonserver and perf_analyzer."""
+    the default target and rule `cpu`, through real tritonserver and perf_analyzer.
+
+    ``DEPLOYBENCH_SMOKE_RUN=<dir>`` reuses a finished one while iterating on the tests (the
+    tests only copy it); CI always makes its own."""
+    reuse = os.environ.get("DEPLOYBENCH_SMOKE_RUN")
+    if reuse:
+        return Path(reuse)
     wd = tmp_path_factory.mktemp("smoke-run")
     write_config(wd, smoke_config())
     result = run_snakemake(wd, "all", "cpu", timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert processes_mentioning(str(wd)) == []
     return wd
+
+
+@pytest.fixture
+def copy_of(smoke_run: Path, tmp_path: Path) -> Path:
+    """A copy of the finished smoke run (mtimes and Snakemake metadata kept) to break things in."""
+    copy = tmp_path / "copy"
+    shutil.copytree(smoke_run, copy, symlinks=True)
+    return copy

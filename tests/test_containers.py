@@ -17,6 +17,7 @@ import pytest
 from deploybench import images
 from deploybench.checkpoint import write_seeded_checkpoint
 from deploybench.config import ConfigError
+from deploybench.io import sha256_of
 from deploybench.models import load_family
 from tests.conftest import (
     REPO,
@@ -101,7 +102,7 @@ def test_data_outside_the_workdir_is_bound_read_only(tmp_path):
 def test_running_image_reads_the_build_record(tmp_path, monkeypatch):
     sif = tmp_path / "x.sif"
     sif.write_bytes(b"image")
-    record = {"name": "x", "sha256": images.sha256_of(sif)}
+    record = {"name": "x", "sha256": sha256_of(sif)}
     (tmp_path / "x.json").write_text(json.dumps(record))
     monkeypatch.setenv("APPTAINER_CONTAINER", str(sif))
     info = images.running_image()
@@ -197,9 +198,7 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
         container = json.loads((work / RUN / f"{name}.provenance.json").read_text())["container"]
         record = json.loads((work / expected_image[role]).with_suffix(".json").read_text())
         assert container["image"] == expected_image[role]
-        assert (
-            container["sha256"] == record["sha256"] == images.sha256_of(work / expected_image[role])
-        )
+        assert container["sha256"] == record["sha256"] == sha256_of(work / expected_image[role])
         assert "standin" in container["record"]["apptainer"]  # the record says what built it
     export = json.loads(
         (work / "results/tft/export/onnx/fp32/model.onnx.provenance.json").read_text()

@@ -26,8 +26,10 @@ MODEL_PY = textwrap.dedent(
                 time.sleep(60)
             if behaviour == "broken":
                 raise RuntimeError("this model is broken on purpose")
+            self.delay = {"busy": 0.01, "hang": 3600}.get(behaviour, 0)
 
         def execute(self, requests):
+            time.sleep(self.delay)
             return [pb_utils.InferenceResponse([pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())]) for r in requests]
     """
 )

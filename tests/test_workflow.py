@@ -3,7 +3,6 @@
 import csv
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -46,14 +45,6 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def workdir(smoke_run):
     return smoke_run
-
-
-@pytest.fixture
-def copy_of(workdir, tmp_path):
-    """A copy of the finished workdir (mtimes and Snakemake metadata kept) to break things in."""
-    copy = tmp_path / "copy"
-    shutil.copytree(workdir, copy, symlinks=True)
-    return copy
 
 
 def test_perf_csvs_have_published_columns_and_plausible_values(workdir):
@@ -206,6 +197,13 @@ def test_hostile_wildcards_never_reach_a_job(fresh):
     for target in [
         "results/tft;touch${IFS}pwned/cpu/onnx/fp32/online.csv",
         "results/tft/cpu/onnx/fp32$(touch pwned)/online.csv",
+        "results/tft/cpu`touch pwned`/onnx/fp32/offline.csv",
+        "results/tft/cpu/onnx';touch pwned;'/fp32/accuracy.csv",
+        "results/tft/cpu/onnx/fp32/../../../../pwned/online.csv",
+        "results/tft/export/onnx/fp32/model.onnx;touch pwned",
+        "results/tft/checkpoint/checkpoint.pt|touch pwned",
+        "reports/cpu$(touch pwned)/tft.html",
+        "images/x;touch pwned.sif",
     ]:
         result = run_snakemake(fresh, "-n", target)
         assert result.returncode != 0
@@ -219,6 +217,26 @@ def test_hostile_wildcards_never_reach_a_job(fresh):
         (
             {"sizings": {"cpu": {"tft": {"triton": {"max_batch_size": -1}}}}},
             "sizings.cpu.tft.triton.max_batch_size: -1 is less than the minimum of 1",
+        ),
+        (
+            {"server": {"startup_timeout_s": "soon"}},
+            "On instance['server']['startup_timeout_s']",
+        ),
+        (
+            {"models": {"tft": {"perf": {"offline": {"batch_sizes": [0]}}}}},
+            "On instance['models']['tft']['perf']['offline']['batch_sizes'][0]",
+        ),
+        (
+            {"models": {"tft": {"checkpoint": "/no/such/checkpoint.pt"}}},
+            "models.tft.checkpoint: '/no/such/checkpoint.pt' does not exist",
+        ),
+        (
+            {
+                "models": {
+                    "tft": {"accuracy": {"task": {"path": "/no/such/data", "batch_size": 8}}}
+                }
+            },
+            "models.tft.accuracy.task.path: '/no/such/data' does not exist",
         ),
     ],
 )

@@ -1,0 +1,115 @@
+"""Orchestration: how long Snakemake takes to plan the full matrix, and to find nothing to do.
+
+Side by side in one run, each the median of ``--repeat`` calls:
+
+* **bare**: Snakemake's own floor, a dry run of a one-rule Snakefile (interpreter start,
+  plugin loading, DAG of one job);
+* **full matrix**: a dry run, in an empty working directory, of every model x every configured
+  GPU x its formats x precisions, with plots and one report page per model over all GPUs
+  (goal <= 5 s);
+* **no-op**: ``snakemake all cpu report`` in a working directory where they are complete: it
+  must schedule 0 jobs (goal <= 5 s). The size of that DAG is counted with ``--forceall -n``.
+
+    .venv/bin/python benchmarks/orchestration.py --complete DIR [--repeat 3]
+
+DIR is a working directory where ``snakemake all cpu report`` has finished (``make demo`` and
+``snakemake cpu report`` in the source tree, or a copy of the tests' smoke run after
+``snakemake report``). Without ``--complete`` the no-op line is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+GOAL_S = 5.0
+BARE = 'rule all:\n    output: "done"\n    shell: "touch {output}"\n'
+
+
+def snakemake(workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile") -> tuple[float, str]:
+    cmd = [SNAKEMAKE, "--snakefile", str(snakefile), "--directory", str(workdir), "--cores", "2"]
+    start = time.perf_counter()
+    result = subprocess.run([*cmd, *args], capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    out = result.stdout + result.stderr
+    if result.returncode:
+        raise SystemExit(f"snakemake {' '.join(args)} failed in {workdir}:\n{out[-3000:]}")
+    return seconds, out
+
+
+def planned(out: str) -> int:
+    """The total of a dry run's job table (0 when there is nothing to do)."""
+    match = re.search(r"^total\s+(\d+)$", out, re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+def median_run(repeat: int, workdir: Path, *args: str, **kw: Path) -> tuple[float, str]:
+    runs = [snakemake(workdir, *args, **kw) for _ in range(repeat)]
+    return statistics.median(s for s, _ in runs), runs[-1][1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--complete", type=Path, help="a workdir where `all cpu report` is done")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    with tempfile.TemporaryDirectory(prefix="deploybench-orchestration-") as tmp:
+        root = Path(tmp)
+        bare_dir = root / "bare"
+        bare_dir.mkdir()
+        (bare_dir / "Snakefile").write_text(BARE)
+        bare, _ = median_run(args.repeat, bare_dir, "-n", snakefile=bare_dir / "Snakefile")
+
+        matrix_dir = root / "matrix"
+        (matrix_dir / "config").mkdir(parents=True)
+        (matrix_dir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+        overlay = matrix_dir / "every_gpu.yaml"
+        overlay.write_text(
+            yaml.safe_dump({"report": {"sets": {"all": {"gpus": sorted(config["gpus"])}}}})
+        )
+        # --configfile takes several values: the targets go before it
+        matrix, out = median_run(
+            args.repeat, matrix_dir, "-n", "report", "--configfile", str(overlay)
+        )
+        matrix_jobs = planned(out)
+
+    version = subprocess.run(
+        [SNAKEMAKE, "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    print(f"snakemake {version}, medians of {args.repeat}")
+    print("| measurement | jobs | seconds | / goal (5 s) | / bare Snakemake |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    print(f"| bare Snakemake dry run (1 rule) | 1 | {bare:.2f} | {bare / GOAL_S:.2f} | 1.00 |")
+    print(
+        f"| full matrix dry run ({len(config['models'])} models x {len(config['gpus'])} gpus) "
+        f"| {matrix_jobs} | {matrix:.2f} | {matrix / GOAL_S:.2f} | {matrix / bare:.2f} |"
+    )
+    failed = matrix > GOAL_S
+    if args.complete:
+        targets = ("all", "cpu", "report")
+        _, out = snakemake(args.complete, "-n", "--forceall", *targets)
+        dag_jobs = planned(out)
+        noop, out = median_run(args.repeat, args.complete, *targets)
+        scheduled = planned(out)
+        print(
+            f"| no-op run after a complete run ({dag_jobs} jobs in its DAG) | {scheduled} "
+            f"| {noop:.2f} | {noop / GOAL_S:.2f} | {noop / bare:.2f} |"
+        )
+        failed |= noop > GOAL_S or scheduled != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,281 @@
+"""Faults: each leaves no orphan process, no partial output, no leaked shared memory, and says
+what went wrong. Real tritonserver, perf_analyzer and Snakemake throughout.
+
+The workflow-level faults break a copy of the shared smoke run and force its TFT ``offline``
+job to run again; the process-level ones use a tiny python-backend model (tests/test_server.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import psutil
+import pytest
+
+from deploybench import perf
+from deploybench import server as srv
+from tests.conftest import planned_jobs, processes_mentioning, run_snakemake, snakemake_command
+from tests.test_server import make_repository, wait_no_processes
+
+RUN = "results/tft/cpu/onnx/fp32"
+T = TypeVar("T")
+
+
+def wait_for(find: Callable[[], T | None], timeout: float = 120.0) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = find()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {find.__doc__}")
+
+
+def shm_entries() -> set[str]:
+    """Shared-memory regions now in /dev/shm (our lock files are meant to stay)."""
+    return {p.name for p in perf.SHM_DIR.iterdir() if not p.name.endswith(".lock")}
+
+
+def named(workdir: Path, name: str) -> Callable[[], psutil.Process | None]:
+    def find() -> psutil.Process | None:
+        """a process of the job"""
+        for proc in processes_mentioning(str(workdir)):
+            try:
+                if name in " ".join(proc.cmdline()):
+                    return proc
+            except psutil.NoSuchProcess:
+                continue
+        return None
+
+    find.__doc__ = f"a {name!r} process of {workdir}"
+    return find
+
+
+class ForcedOfflineJob:
+    """The smoke run's TFT ``offline`` job forced to run again in a copy of the workdir, with
+    its temporary files in the copy so that leftovers can be seen."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.tmp = workdir / "tmp"
+        self.tmp.mkdir()
+        self.shm_before = shm_entries()
+        cmd, env = snakemake_command(
+            workdir, f"{RUN}/offline.csv", "--forcerun", "offline", env={"TMPDIR": str(self.tmp)}
+        )
+        # its own process group, as a command run from a terminal has
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+
+    def measuring(self) -> psutil.Process:
+        """Wait until perf_analyzer runs (its input data is in the job's TMPDIR)."""
+        return wait_for(named(self.workdir, "perf_analyzer"), timeout=180)
+
+    def finish(self) -> tuple[int, str]:
+        out, _ = self.proc.communicate(timeout=180)
+        return self.proc.returncode, out
+
+    def assert_nothing_left(self) -> None:
+        assert wait_no_processes(str(self.workdir)) == []
+        assert not (self.workdir / RUN / "offline.csv").exists()
+        assert not list((self.workdir / RUN).glob(".offline*")), "partial output left"
+        # the job's and perf_analyzer's temporary folders (a library's session file may stay)
+        assert list(self.tmp.glob("deploybench-*")) == [], "temporary files left"
+        assert shm_entries() <= self.shm_before, "shared memory left"
+        # Snakemake knows the job did not finish: the next run measures it again.
+        assert planned_jobs(run_snakemake(self.workdir, "-n", f"{RUN}/offline.csv")) == {
+            "offline": 1
+        }
+
+
+pytestmark = pytest.mark.e2e
+
+
+def test_server_dying_mid_measurement_fails_the_job_cleanly(copy_of):
+    job = ForcedOfflineJob(copy_of)
+    job.measuring()
+    wait_for(named(copy_of, "tritonserver")).kill()
+    code, out = job.finish()
+    assert code != 0
+    assert "tritonserver died (exit code -9)" in out
+    job.assert_nothing_left()
+
+
+@pytest.mark.parametrize("target", ["job", "job and its children"])
+def test_sigterm_as_slurm_sends_it_stops_everything(copy_of, target):
+    """SLURM's time limit or preemption sends SIGTERM to the job's processes."""
+    job = ForcedOfflineJob(copy_of)
+    job.measuring()
+    script = wait_for(named(copy_of, ".snakemake/scripts/"))
+    victims = [script] + (script.children(recursive=True) if target != "job" else [])
+    for proc in victims:
+        proc.send_signal(signal.SIGTERM)
+    code, out = job.finish()
+    assert code != 0
+    assert "Error in rule offline" in out
+    job.assert_nothing_left()
+
+
+def test_ctrl_c_stops_snakemake_and_its_jobs(copy_of):
+    """Ctrl-C in the terminal: SIGINT to Snakemake's process group while a measurement runs."""
+    job = ForcedOfflineJob(copy_of)
+    job.measuring()
+    os.killpg(job.proc.pid, signal.SIGINT)
+    code, _ = job.finish()
+    assert code != 0
+    job.assert_nothing_left()
+
+
+def test_truncated_export_is_caught_before_serving(copy_of):
+    artifact = copy_of / "results/tft/export/onnx/fp32/model.onnx"
+    data = artifact.read_bytes()
+    artifact.write_bytes(data[: len(data) // 2])
+    result = run_snakemake(copy_of, f"{RUN}/accuracy.csv")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "results/tft/export/onnx/fp32/model.onnx changed after the job that wrote it" in out
+    assert "snakemake --forcerun results/tft/export/onnx/fp32/model.onnx" in out
+    assert not (copy_of / RUN / "repository").exists()
+    assert not list((copy_of / RUN).glob(".repository*")), "staging folder left"
+    assert processes_mentioning(str(copy_of)) == []
+    # The advice works: forcing the artifact plans its export and everything after it.
+    dry = run_snakemake(
+        copy_of, "-n", f"{RUN}/accuracy.csv", "--forcerun", str(artifact.relative_to(copy_of))
+    )
+    assert planned_jobs(dry) == {"export": 1, "repository": 1, "accuracy": 1}
+
+
+# Process level: the ident model of tests/test_server.py, real server and perf_analyzer.
+
+
+def input_data(tmp_path: Path) -> Path:
+    path = tmp_path / "data.json"
+    perf.write_input_data({"x": np.ones((1, 4), np.float32)}, path)
+    return path
+
+
+def measure(
+    server: srv.TritonServer, data: Path, **settings: float
+) -> dict[str, float | int | bool]:
+    return perf.measure_point(
+        model_name="ident",
+        url=server.grpc_url,
+        scenario=perf.SCENARIOS["offline"],
+        point=perf.Point(1, 1),
+        input_data=data,
+        settings=perf.MeasureSettings(
+            **{"request_count": 50, "warmup_factor": 0, "max_retries": 0, **settings}
+        ),
+        check_server=server.check_alive,
+    )
+
+
+def test_hung_perf_analyzer_is_killed_and_its_shared_memory_removed(tmp_path):
+    """The model never answers: perf_analyzer waits forever, so the timeout must end it."""
+    repo = make_repository(tmp_path, "hang")
+    data = input_data(tmp_path)
+    before = shm_entries()
+    started = time.monotonic()
+    with (
+        pytest.raises(perf.PerfError, match="hung past its timeout of 3 s"),
+        srv.TritonServer(repo, tmp_path / "server.log", shutdown_timeout_s=5) as server,
+        perf.shared_memory_lock(["x"], ["y"]),
+    ):
+        measure(server, data, timeout_s=3)
+    assert time.monotonic() - started < 60
+    assert wait_no_processes(str(tmp_path)) == []  # perf_analyzer (its data is here), server
+    assert shm_entries() <= before
+
+
+def test_killed_server_leaves_no_shared_memory(tmp_path):
+    repo = make_repository(tmp_path)
+    server = srv.TritonServer(repo, tmp_path / "server.log").start()
+    regions = server.shm_regions()
+    assert regions and all(r.exists() for r in regions)  # the python backend's, named by us
+    server.process.kill()  # type: ignore[union-attr]
+    server.process.wait()  # type: ignore[union-attr]
+    assert all(r.exists() for r in regions)  # a killed server cannot unlink its own
+    server.stop()
+    assert not any(r.exists() for r in regions)
+    assert wait_no_processes(str(repo)) == []
+
+
+def test_two_measurements_at_once_neither_shares_ports_nor_shared_memory(tmp_path, caplog):
+    """Two perf jobs of models with the same tensor names start together on one machine: each
+    gets its own server and ports; perf_analyzer's regions (named after the tensors) are taken
+    by one at a time."""
+    results: dict[int, object] = {}
+    ports: dict[int, int] = {}
+
+    def one(i: int) -> None:
+        root = tmp_path / str(i)
+        root.mkdir()
+        try:
+            with srv.TritonServer(make_repository(root, "busy"), root / "server.log") as server:
+                ports[i] = server.grpc_port
+                with perf.shared_memory_lock(["x"], ["y"]):
+                    results[i] = measure(server, input_data(root))
+        except Exception as err:  # noqa: BLE001 - reported by the assertion below
+            results[i] = err
+
+    before = shm_entries()
+    with caplog.at_level(logging.WARNING, logger="deploybench.perf"):
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=240)
+    assert all(isinstance(r, dict) and r["throughput"] > 0 for r in results.values()), results
+    assert len(results) == 2 and ports[0] != ports[1]
+    assert "waiting for it to finish" in caplog.text
+    assert wait_no_processes(str(tmp_path)) == []
+    assert shm_entries() <= before
+
+
+LOCK_HOLDER = """
+import time
+from deploybench import perf
+with perf.shared_memory_lock(["held"], ["out"]):
+    print("LOCKED", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_lock_holder_killed_outright_releases_the_lock(tmp_path):
+    """flock: a SIGKILLed measurement cannot leave the shared-memory names locked."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            LOCK_HOLDER,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "LOCKED"
+    child.kill()
+    child.wait()
+    done = threading.Event()
+
+    def take() -> None:
+        with perf.shared_memory_lock(["held"], ["out"]):
+            done.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    assert done.wait(timeout=10)
