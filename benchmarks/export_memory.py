@@ -1,11 +1,13 @@
-"""Memory: peak RSS of every checkpoint and export job at full size vs the ``mem_mb`` it declares.
+"""Memory: peak RSS of every checkpoint, export and convert job at full size vs its ``mem_mb``.
 
 Runs the workflow's real jobs one at a time (one ``snakemake`` call per job) for every export
-each configured model uses, at the full sizes of ``config/config.yaml``, and samples the summed
-RSS of the job's whole process tree (tf2onnx's child included) every 50 ms. (Snakemake's own
-``benchmark:`` sampling missed tf2onnx's short peak, and the directive stopped an updated
-checkpoint from rerunning its exports.) Conversions (TensorRT, TF-TRT, fp16) need a GPU and are
-not measured here.
+each configured model uses, and every conversion that runs without a GPU (ONNX fp16), at the
+full sizes of ``config/config.yaml``, and samples the summed RSS of the job's whole process tree
+(tf2onnx's child included) every 50 ms. (Snakemake's own ``benchmark:`` sampling missed
+tf2onnx's short peak.) TensorRT, TF-TRT and TorchScript fp16 conversions need a GPU and are not
+measured here. Last, it checks that jobs run side by side cannot exceed the machine: the local
+profile's ``mem_mb`` (the most the scheduler lets running jobs declare together) must fit in
+the machine's memory, and each job's peak within its declaration.
 
     .venv/bin/python benchmarks/export_memory.py [--models bert,resnet50] [--workdir DIR]
 
@@ -26,11 +28,13 @@ from pathlib import Path
 import psutil
 import yaml
 
+from deploybench.config import all_runs, resolve
 from deploybench.models import CHECKPOINT_FILES, framework_of
 
 REPO = Path(__file__).resolve().parent.parent
 CEILING_MB = 12 * 1024
 GOAL_MB = 8 * 1024
+CPU_CONVERTERS = {"onnx-fp16"}
 
 
 def export_targets(config: dict, model: str) -> list[str]:
@@ -46,7 +50,32 @@ def export_targets(config: dict, model: str) -> list[str]:
         targets.append(
             f"results/{model}/export/{export}/{settings['export']['precision']}/{artifact}"
         )
+    return targets + cpu_conversions(config, model)
+
+
+def cpu_conversions(config: dict, model: str) -> list[str]:
+    """One conversion per converter that runs without a GPU (the first GPU that uses it)."""
+    seen, targets = set(), []
+    for path in all_runs(config):
+        run = resolve(config, *path.split("/"))
+        if run.model == model and run.converter in CPU_CONVERTERS and run.converter not in seen:
+            seen.add(run.converter)
+            targets.append(f"results/{path}/convert/{run.format_settings['artifact']}")
     return targets
+
+
+def parallel_check() -> tuple[bool, str]:
+    """The local profile lets running jobs declare at most its ``mem_mb`` together."""
+    profile = yaml.safe_load((REPO / "profiles" / "local" / "config.yaml").read_text())
+    limit = int(profile["resources"]["mem_mb"])
+    machine = psutil.virtual_memory().total / 2**20
+    ok = limit <= machine
+    return ok, (
+        f"local profile: running jobs declare at most mem_mb={limit} together "
+        f"({profile['cores']} cores); machine memory {machine:.0f} MB; "
+        f"ratio {limit / machine:.2f} -> {'fits' if ok else 'EXCEEDS THE MACHINE'} "
+        "(with every peak within its declaration, parallel jobs cannot exceed the machine)"
+    )
 
 
 def run_measured(cmd: list[str]) -> tuple[int, float, float]:
@@ -106,7 +135,9 @@ def main() -> int:
         )
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failures else 0
+    fits, line = parallel_check()
+    print(f"\n{line}")
+    return 1 if failures or not fits else 0
 
 
 if __name__ == "__main__":

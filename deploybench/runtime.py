@@ -7,6 +7,7 @@ backend's ``model.py``, so the served path and the checked path run the same cod
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,16 @@ def _set_tensorflow_threads(tf: Any, threads: int) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(1)
     except RuntimeError:
         pass
+
+
+def threads_per_instance(configured: int, instances: int) -> int:
+    """Runtime threads for one of a model's ``instances``: ``configured``, or (0) this process's
+    cores shared out among the instances. Each runtime's own default takes every core, so two
+    instances would run twice as many threads as cores and slow each other down."""
+    if configured > 0:
+        return configured
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, instances))
 
 
 def load_runner(

@@ -31,12 +31,15 @@ class TritonPythonModel:
         runtime = _load_runtime_module()
         self.served_inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
+        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
         self.runner = runtime.load_runner(
             params["runtime"],
             version_dir / params["artifact"],
             input_names=self.served_inputs,
             output_names=self.outputs,
-            threads=int(params.get("intra_op_threads", "0")),
+            threads=runtime.threads_per_instance(
+                int(params.get("intra_op_threads", "0")), instances
+            ),
         )
 
     def execute(self, requests):

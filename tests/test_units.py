@@ -239,3 +239,13 @@ def test_output_shared_memory_holds_a_whole_batch(tmp_path):
     assert cmd[cmd.index("--output-shared-memory-size") + 1] == str(4 * volume)
     small = perf.perf_command(point=perf.Point(1, 1), output_bytes_per_sample=10, **common)
     assert small[small.index("--output-shared-memory-size") + 1] == str(perf.MIN_OUTPUT_SHM_BYTES)
+
+
+def test_instances_share_the_cores_instead_of_each_taking_all(monkeypatch):
+    from deploybench import runtime
+
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    assert runtime.threads_per_instance(0, 1) == 8
+    assert runtime.threads_per_instance(0, 2) == 4
+    assert runtime.threads_per_instance(0, 16) == 1  # never zero, which means "all" to a runtime
+    assert runtime.threads_per_instance(3, 2) == 3  # configured: kept
