@@ -67,11 +67,17 @@ def write_json(path: Path | str, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+SKIPPED = {".snakemake_timestamp"}
+
+
 def sha256_of(path: Path | str, chunk: int = 1 << 22) -> str:
     """The sha256 of a file, or of a directory's files (relative names and contents, in order)."""
     path = Path(path)
     digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    files = [path]
+    if path.is_dir():
+        # Snakemake drops a timestamp file into directory outputs after the job has ended
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in SKIPPED)
     for file in files:
         if file != path:
             digest.update(file.relative_to(path).as_posix().encode() + b"\0")

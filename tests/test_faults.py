@@ -47,13 +47,16 @@ def shm_entries() -> set[str]:
 
 
 def named(workdir: Path, name: str) -> Callable[[], psutil.Process | None]:
+    """A finder of the process of ``workdir`` whose program is ``name`` (or, for a path
+    fragment like the job's script, whose command line contains it)."""
+
     def find() -> psutil.Process | None:
-        """a process of the job"""
         for proc in processes_mentioning(str(workdir)):
             try:
-                if name in " ".join(proc.cmdline()):
+                cmdline = proc.cmdline()
+                if Path(cmdline[0]).name == name or ("/" in name and name in " ".join(cmdline)):
                     return proc
-            except psutil.NoSuchProcess:
+            except (psutil.NoSuchProcess, IndexError):
                 continue
         return None
 

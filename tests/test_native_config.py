@@ -4,6 +4,7 @@ native backend serves are the artifact's; the CPU (python backend) config is unc
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -14,6 +15,7 @@ from tritonclient.grpc import model_config_pb2
 from deploybench import config as dbc
 from deploybench import jobs
 from deploybench.accuracy import served_feeds
+from deploybench.io import sha256_of
 from deploybench.models import load_family
 from deploybench.repository import model_config, serving
 from tests.conftest import REPO, base_config, smoke_config
@@ -245,6 +247,8 @@ def test_native_repository_serves_the_onnx_graphs_inputs(tft_onnx, tmp_path, fmt
     run = dbc.resolve(smoke_config(), "tft", "A30", fmt, "fp16")
     artifact = tmp_path / run.format_settings["artifact"]
     artifact.write_bytes(onnx_path.read_bytes())  # stands in for the engine: only copied
+    sidecar = tmp_path / f"{artifact.name}.provenance.json"
+    sidecar.write_text(json.dumps({"sha256": sha256_of(artifact)}))
     out = tmp_path / "repository"
     jobs.repository(
         model={"module": "tft", "hparams": settings["hparams"]},
@@ -254,6 +258,7 @@ def test_native_repository_serves_the_onnx_graphs_inputs(tft_onnx, tmp_path, fmt
         device="gpu",
         artifact=str(artifact),
         artifact_name=run.format_settings["artifact"],
+        artifact_provenance=str(sidecar),
         signature=str(onnx_path),
         out=str(out),
     )

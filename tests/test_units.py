@@ -1,6 +1,7 @@
 """Accuracy comparison, perf_analyzer command/result handling, repository config."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -249,3 +250,30 @@ def test_instances_share_the_cores_instead_of_each_taking_all(monkeypatch):
     assert runtime.threads_per_instance(0, 2) == 4
     assert runtime.threads_per_instance(0, 16) == 1  # never zero, which means "all" to a runtime
     assert runtime.threads_per_instance(3, 2) == 3  # configured: kept
+
+
+def test_outputs_are_whole_with_the_umask_mode(tmp_path):
+    from deploybench.io import atomic_path, write_text
+
+    old = os.umask(0o022)
+    try:
+        write_text(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "b.txt") as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert list(tmp_path.iterdir()) == [tmp_path / "a.txt"]  # no b.txt, no partial file
+
+
+def test_directory_digest_sees_content_not_snakemakes_timestamp(tmp_path):
+    from deploybench.io import sha256_of
+
+    (tmp_path / "variables").mkdir()
+    (tmp_path / "variables" / "v.data").write_bytes(b"weights")
+    before = sha256_of(tmp_path)
+    (tmp_path / ".snakemake_timestamp").write_text("")
+    assert sha256_of(tmp_path) == before
+    (tmp_path / "variables" / "v.data").write_bytes(b"weight")
+    assert sha256_of(tmp_path) != before

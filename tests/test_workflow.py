@@ -231,11 +231,7 @@ def test_hostile_wildcards_never_reach_a_job(fresh):
             "models.tft.checkpoint: '/no/such/checkpoint.pt' does not exist",
         ),
         (
-            {
-                "models": {
-                    "tft": {"accuracy": {"task": {"path": "/no/such/data", "batch_size": 8}}}
-                }
-            },
+            {"models": {"tft": {"accuracy": {"task": {"path": "/no/such/data", "batch_size": 8}}}}},
             "models.tft.accuracy.task.path: '/no/such/data' does not exist",
         ),
     ],
