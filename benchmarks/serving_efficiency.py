@@ -112,8 +112,7 @@ def benchmark(model: str, run_dir: Path, rounds: int, threads: int | None) -> di
             threads=threads_used,
         )
         feeds = family.example_inputs(batch, seed=0)
-        # perf_analyzer's output region holds a batch of outputs (as in jobs.perf)
-        output_bytes = 2 * sum(int(o.nbytes) for o in runner(family.example_inputs(1, seed=0)))
+        output_bytes = perf.output_bytes_per_sample(runner(family.example_inputs(1, seed=0)))
         data = Path(tmp) / "data.json"
         triton: list[float] = []
         local: list[float] = []

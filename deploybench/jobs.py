@@ -236,6 +236,7 @@ def perf(
         MeasureSettings,
         Point,
         measure_point,
+        output_bytes_per_sample,
         shared_memory_lock,
         write_input_data,
     )
@@ -262,11 +263,10 @@ def perf(
                 stack.enter_context(
                     shared_memory_lock(list(feeds), [s.name for s in family.outputs])
                 )
-            # What one sample's outputs take (variable-length outputs included), with margin.
             outputs = infer_triton(
                 server.http_url, model_name, sample, [s.name for s in family.outputs]
             )
-            output_bytes = 2 * sum(int(v.nbytes) for v in outputs.values())
+            output_bytes = output_bytes_per_sample(outputs.values())
             for p in points:
                 point = Point(int(p["batch"]), int(p["concurrency"]))
                 row = measure_point(

@@ -21,7 +21,7 @@ import re
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import tools
+from .server import SHM_DIR
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,12 @@ def write_input_data(feeds: dict[str, np.ndarray], path: Path) -> None:
 MIN_OUTPUT_SHM_BYTES = 100240
 
 
+def output_bytes_per_sample(sample_outputs: Iterable[np.ndarray]) -> int:
+    """What one sample's outputs take in perf_analyzer's output region, with a 2x margin for
+    variable-length outputs (a FastPitch mel's length depends on the input)."""
+    return 2 * sum(int(o.nbytes) for o in sample_outputs)
+
+
 def perf_command(
     *,
     model_name: str,
@@ -164,9 +171,6 @@ def perf_command(
     if stability_percentage is not None:
         cmd += ["--stability-percentage", stability_percentage]
     return cmd
-
-
-SHM_DIR = Path("/dev/shm")
 
 
 def shared_memory_regions(inputs: list[str], outputs: list[str]) -> list[Path]:

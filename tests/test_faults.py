@@ -43,7 +43,7 @@ def wait_for(find: Callable[[], T | None], timeout: float = 120.0) -> T:
 
 def shm_entries() -> set[str]:
     """Shared-memory regions now in /dev/shm (our lock files are meant to stay)."""
-    return {p.name for p in perf.SHM_DIR.iterdir() if not p.name.endswith(".lock")}
+    return {p.name for p in srv.SHM_DIR.iterdir() if not p.name.endswith(".lock")}
 
 
 def named(workdir: Path, name: str) -> Callable[[], psutil.Process | None]:
