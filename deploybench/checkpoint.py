@@ -1,9 +1,13 @@
 """Checkpoints: a configured DLE checkpoint, or a seeded-random initialisation written once.
 
-DLE's layout is ``<dir>/checkpoint.pt`` holding ``{"model": state_dict, "config": <config
-object>}``. Its ``config`` is a pickled class from DLE's source tree; it is not needed (the
-hyper-parameters come from config/ and the state dict is checked against them), so unknown
-classes load as inert placeholders instead of requiring DLE's code.
+A configured checkpoint is read in the container DLE's training script wrote
+(``read_state_dict``: TFT's ``<dir>/checkpoint.pt`` = ``{"model": state_dict, "config": <config
+object>, "args": …}``, FastPitch's ``{"state_dict", "ema_state_dict", "optimizer", …}``, a
+Lightning ``.ckpt``, a bare state dict) and then mapped to the family's names
+(``Family.adapt_state_dict``). Pickled classes from DLE's source tree (configs, argparse
+namespaces) are not needed — the hyper-parameters come from config/ and the state dict is
+checked against them — so unknown classes load as inert placeholders instead of requiring DLE's
+code. The workflow's own checkpoint is ``{"model": state_dict}`` (``load_checkpoint``).
 """
 
 from __future__ import annotations
@@ -49,36 +53,128 @@ class _LenientPickle:
 
 
 def resolve_checkpoint_file(path: str | Path) -> Path:
-    """A checkpoint file from a file or a DLE checkpoint directory; a clear error if missing."""
+    """A checkpoint file from a file or a checkpoint directory; a clear error if missing.
+
+    A directory holds ``checkpoint.pt`` (TFT's train.py), or exactly one ``*.ckpt`` (a
+    Lightning run, e.g. nnU-Net) or ``*.pt`` file (e.g. one ``FastPitch_checkpoint_<epoch>.pt``).
+    """
     p = Path(path)
-    candidate = p / "checkpoint.pt" if p.is_dir() else p
-    if not candidate.is_file():
-        raise FileNotFoundError(
-            f"checkpoint {str(path)!r} not found (expected a file, or a directory holding "
-            "checkpoint.pt as DLE writes it)"
-        )
-    return candidate
+    if p.is_dir():
+        if (p / "checkpoint.pt").is_file():
+            return p / "checkpoint.pt"
+        candidates = sorted([*p.glob("*.ckpt"), *p.glob("*.pt")])
+        if len(candidates) == 1:
+            return candidates[0]
+        if candidates:
+            raise ValueError(
+                f"checkpoint directory {str(path)!r} holds {len(candidates)} checkpoints "
+                f"({', '.join(c.name for c in candidates)}): configure one file"
+            )
+    elif p.is_file():
+        return p
+    raise FileNotFoundError(
+        f"checkpoint {str(path)!r} not found (expected a file, or a directory holding "
+        "checkpoint.pt, or one *.ckpt or *.pt file, as DLE's training scripts write them)"
+    )
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    file = resolve_checkpoint_file(path)
+def _torch_load(file: Path) -> Any:
+    """``torch.load`` of a checkpoint file; pickled DLE classes load as inert placeholders."""
     try:
-        try:
-            import torch  # here: a TensorFlow container has no torch, and needs none
+        import torch  # here: a TensorFlow container has no torch, and needs none
 
-            data = torch.load(file, map_location="cpu", weights_only=True)
+        try:
+            return torch.load(file, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
-            # A DLE checkpoint pickles its config class; read it without importing DLE's code.
-            data = torch.load(
+            # DLE checkpoints pickle their config class and argparse namespace; read them
+            # without importing DLE's code.
+            return torch.load(
                 file, map_location="cpu", weights_only=False, pickle_module=_LenientPickle
             )
     except Exception as err:
         raise ValueError(
             f"{file}: not a readable checkpoint ({type(err).__name__}: {err})"
         ) from err
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint in the workflow's layout (``{"model": state_dict, ...}``)."""
+    file = resolve_checkpoint_file(path)
+    data = _torch_load(file)
     if not isinstance(data, dict) or "model" not in data:
         raise ValueError(f"{file}: not a DLE-layout checkpoint (a dict with a 'model' state dict)")
     return data
+
+
+# Where DLE's training scripts keep the network's weights inside the saved dict, in order:
+# TFT train.py and BERT run_squad.py save {"model": ...}; FastPitch train.py and PyTorch
+# Lightning (nnU-Net) save {"state_dict": ...}.
+STATE_DICT_KEYS = ("model", "state_dict")
+# FastPitch train.py keeps its exponential moving average beside "state_dict".
+EMA_STATE_DICT_KEY = "ema_state_dict"
+# Prefixes of wrappers around the network: DistributedDataParallel's ``module``, and the
+# attribute that holds the network in DLE's Lightning module (nnU-Net's ``self.model``).
+DDP_PREFIX = "module."
+LIGHTNING_PREFIX = "model."
+
+
+def _is_lightning(file: Path, data: dict[str, Any]) -> bool:
+    return file.suffix == ".ckpt" or "pytorch-lightning_version" in data
+
+
+def _is_state_dict(data: Any) -> bool:
+    import torch
+
+    return (
+        isinstance(data, dict)
+        and bool(data)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in data.items())
+    )
+
+
+def read_state_dict(path: str | Path, *, ema: bool = False, model: str = "DLE") -> dict[str, Any]:
+    """The network's weights from a checkpoint as DLE's training scripts write it.
+
+    Reads a bare state dict or one inside the dict the script saved (``STATE_DICT_KEYS``, or
+    ``ema_state_dict`` with ``ema``), strips DDP's ``module.`` and a Lightning module's
+    ``model.`` prefix (other Lightning members, e.g. loss weights, are dropped), and makes every
+    tensor contiguous (channels-last training leaves permuted strides; the values are what
+    count). ``model`` names the model in messages. Names are the family's business
+    (``adapt_state_dict``).
+    """
+    file = resolve_checkpoint_file(path)
+    data = _torch_load(file)
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{file}: not a {model} checkpoint (a dict of weights, or a dict holding them under "
+            f"{' or '.join(map(repr, STATE_DICT_KEYS))}; found a {type(data).__name__})"
+        )
+    if ema:
+        if EMA_STATE_DICT_KEY not in data:
+            raise ValueError(
+                f"{file}: checkpoint_ema is set but the checkpoint has no {EMA_STATE_DICT_KEY!r} "
+                f"(keys: {sorted(map(str, data))}); set checkpoint_ema: false to read its weights"
+            )
+        state = data[EMA_STATE_DICT_KEY]
+    elif _is_state_dict(data):
+        state = data
+    else:
+        key = next((k for k in STATE_DICT_KEYS if k in data), None)
+        if key is None:
+            raise ValueError(
+                f"{file}: not a {model} checkpoint (a dict of weights, or a dict holding them "
+                f"under {' or '.join(map(repr, STATE_DICT_KEYS))}; keys: {sorted(map(str, data))})"
+            )
+        state = data[key]
+    if not _is_state_dict(state):
+        raise ValueError(f"{file}: the checkpoint's weights are not a state dict of tensors")
+    if _is_lightning(file, data) and any(k.startswith(LIGHTNING_PREFIX) for k in state):
+        state = {
+            k.removeprefix(LIGHTNING_PREFIX): v
+            for k, v in state.items()
+            if k.startswith(LIGHTNING_PREFIX)
+        }
+    return {k.removeprefix(DDP_PREFIX): v.contiguous() for k, v in state.items()}
 
 
 def _save(obj: dict[str, Any], out: str | Path) -> None:
@@ -133,12 +229,15 @@ def write_seeded_checkpoint(family: Family, seed: int, out: str | Path) -> None:
     save_checkpoint(family, family.init_state(seed), out)
 
 
-def prepare_checkpoint(family: Family, source: str | None, seed: int, out: str | Path) -> str:
-    """Materialise the run's checkpoint at ``out``; returns a description of its origin."""
+def prepare_checkpoint(
+    family: Family, source: str | None, seed: int, out: str | Path, *, ema: bool = False
+) -> str:
+    """Materialise the run's checkpoint at ``out``; returns a description of its origin.
+    ``ema``: read the checkpoint's exponential-moving-average weights."""
     if source:
-        data = family.read_checkpoint(source)
+        data = family.read_checkpoint(source, ema=ema)
         family.serving_module(data)  # fails early if it does not fit the hyper-parameters
         save_checkpoint(family, {"model": data["model"]}, out)
-        return f"checkpoint {source}"
+        return f"checkpoint {source}" + (" (EMA weights)" if ema else "")
     write_seeded_checkpoint(family, seed, out)
     return f"seeded-random initialisation (seed {seed})"

@@ -37,7 +37,13 @@ def make_checkpoint(*, model: dict[str, Any], out: str, provenance_out: str) -> 
     from .checkpoint import prepare_checkpoint  # torch: imported by the jobs that need it
 
     family = load_family(model["module"], model["hparams"])
-    origin = prepare_checkpoint(family, model.get("checkpoint"), int(model["seed"]), out)
+    origin = prepare_checkpoint(
+        family,
+        model.get("checkpoint"),
+        int(model["seed"]),
+        out,
+        ema=bool(model.get("checkpoint_ema")),
+    )
     log.info("checkpoint %s from %s", out, origin)
     write_json(provenance_out, provenance.collect(out, model, origin=origin))
 

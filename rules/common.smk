@@ -129,7 +129,7 @@ def model_base(model):
 def model_identity(model):
     """What defines the network: module, hyper-parameters, weights source, seed."""
     m = model_base(model)
-    keys = ("module", "hparams", "checkpoint", "seed")
+    keys = ("module", "hparams", "checkpoint", "checkpoint_ema", "seed")
     return {k: m.get(k) for k in keys}
 
 

@@ -11,6 +11,7 @@ from deploybench.checkpoint import load_checkpoint, prepare_checkpoint, write_se
 from deploybench.export import export_model
 from deploybench.models import load_family
 from deploybench.runtime import load_runner
+from tests.dle_fixtures import dle_fixture, seeded_values
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +162,87 @@ def test_export_rejects_bad_format_without_output(family, tmp_path):
     ):
         export_model(family, family.init_state(0), "tflite", "fp32", tmp_path / "m", tolerance={})
     assert not any(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints as DLE's train.py writes them (names and shapes from DLE's own modeling.py)
+
+DLE_LAYOUTS = ("flat", "TFTpart2")
+
+
+@pytest.mark.parametrize("model", ["tft", "tft_traffic"])
+@pytest.mark.parametrize("layout", DLE_LAYOUTS)
+def test_dle_names_and_shapes_map_one_to_one(model, layout):
+    from tests.conftest import base_config
+
+    dataset = {"tft": "electricity", "tft_traffic": "traffic"}[model]
+    facts = dle_fixture(f"tft-{dataset}")["layouts"][layout]
+    dle_shapes = {**facts["parameters"], **facts["buffers"]}
+    assert len(dle_shapes) == 174
+    assert sum(k.startswith("TFTpart2.") for k in dle_shapes) == (120 if layout != "flat" else 0)
+    family = load_family("tft", base_config()["models"][model]["hparams"])
+    with torch.device("meta"):
+        ours = {k: list(v.shape) for k, v in family.build().state_dict().items()}
+    mapped = family.adapt_state_dict(dle_shapes)
+    assert mapped == ours
+
+
+def _dle_train_checkpoint(folder, state, config_class_name="ElectricityConfig"):
+    """``checkpoint.pt`` as DLE's TFT train.py saves it: args, config and the state dict."""
+    import argparse
+
+    fake = types.ModuleType("configuration")
+    config_class = type(config_class_name, (), {"__module__": "configuration"})
+    fake.__dict__[config_class_name] = config_class
+    sys.modules["configuration"] = fake
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        ckpt = {"args": argparse.Namespace(dataset="electricity"), "config": config_class()}
+        torch.save({**ckpt, "model": state}, folder / "checkpoint.pt")
+    finally:
+        del sys.modules["configuration"]
+    return folder
+
+
+def _reference_checkpoint(layout):
+    """DLE's smoke-size electricity TFT with the fixture's seeded weights, in ``layout``."""
+    ref = dle_fixture("tft-electricity")["reference"]
+    family = load_family("tft", ref["hparams"])
+    state = seeded_values(ref["parameters"], ref["seed"])
+    # The attention mask is DLE's buffer (the causal -inf triangle), not a trained value.
+    state["TFTpart2.attention._mask"] = family.init_state(0)["model"]["attention._mask"]
+    assert set(state) == set(ref["parameters"]) | set(ref["buffers"])
+    if layout == "flat":
+        state = {k.removeprefix("TFTpart2."): v for k, v in state.items()}
+    return ref, family, state
+
+
+@pytest.mark.parametrize("layout", DLE_LAYOUTS)
+def test_dle_checkpoint_gives_dles_outputs(layout, tmp_path):
+    """Weights in DLE's names land where the names say: DLE's own forward pass on the same
+    weights and inputs (recorded in the fixture) is reproduced through the workflow's path."""
+    ref, family, state = _reference_checkpoint(layout)
+    folder = _dle_train_checkpoint(tmp_path / "electricity_bin", state)
+    origin = prepare_checkpoint(family, str(folder), 0, tmp_path / "out.pt")
+    assert origin == f"checkpoint {folder}"
+    written = load_checkpoint(tmp_path / "out.pt")["model"]
+    for name, value in state.items():
+        assert torch.equal(written[name.removeprefix("TFTpart2.")], value), name
+    module = family.serving_module({"model": written})
+    feeds = {k: np.asarray(v["values"], dtype=v["dtype"]) for k, v in ref["inputs"].items()}
+    out = family.framework_outputs(module, feeds)["target__0"]
+    np.testing.assert_allclose(out, np.asarray(ref["output"]["values"]), rtol=1e-5, atol=1e-6)
+
+
+def test_dle_checkpoint_of_another_architecture_names_its_keys(tmp_path):
+    _, family, state = _reference_checkpoint("TFTpart2")
+    traffic_like = {**state, "TFTpart2.history_vsn.var_grns.4.lin_a.weight": torch.zeros(16, 16)}
+    del traffic_like["TFTpart2.quantile_proj.bias"]
+    folder = _dle_train_checkpoint(tmp_path / "x", traffic_like)
+    with pytest.raises(ValueError) as err:
+        prepare_checkpoint(family, str(folder), 0, tmp_path / "out.pt")
+    message = str(err.value)
+    assert "does not fit the configured TFT hyper-parameters" in message
+    assert "missing (1): quantile_proj.bias" in message
+    assert "unexpected (1): history_vsn.var_grns.4.lin_a.weight" in message
+    assert not (tmp_path / "out.pt").exists()

@@ -54,8 +54,9 @@ class Family:
         """A seeded-random initialisation as a workflow checkpoint (``{"model": weights}``)."""
         raise NotImplementedError
 
-    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
-        """A source checkpoint (DLE's layout) as a workflow checkpoint."""
+    def read_checkpoint(self, path: str | Path, *, ema: bool = False) -> dict[str, Any]:
+        """A source checkpoint (as DLE's training code writes it) as a workflow checkpoint;
+        ``ema``: its exponential-moving-average copy of the weights."""
         raise NotImplementedError
 
     def serving_module(self, checkpoint: dict[str, Any]) -> Any:
@@ -106,10 +107,11 @@ class TorchFamily(Family):
         torch.manual_seed(seed)
         return {"model": self.build().state_dict()}
 
-    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
-        from ..checkpoint import load_checkpoint
+    def read_checkpoint(self, path: str | Path, *, ema: bool = False) -> dict[str, Any]:
+        from ..checkpoint import read_state_dict
 
-        return {"model": self.adapt_state_dict(load_checkpoint(path)["model"])}
+        state = read_state_dict(path, ema=ema, model=self.name or type(self).__name__)
+        return {"model": self.adapt_state_dict(state)}
 
     def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module:
         model = self.build()

@@ -4,7 +4,8 @@ A compact re-implementation of the architecture that DLE's TFT deploys on Triton
 embeddings, variable selection networks (VSN) built from gated residual networks (GRN), a static
 covariate encoder, LSTM encoder/decoder, interpretable multi-head attention and a quantile head.
 Parameter names follow DLE's checkpoint layout (``checkpoint.pt`` = ``{"model": state_dict,
-"config": ...}``) so that a trained DLE checkpoint loads into this module unchanged.
+"config": ..., "args": ...}``) as DLE 21.11-23.03 (the seed page's) writes it; DLE 23.04+ keeps
+the back half under ``TFTpart2.``, which ``adapt_state_dict`` strips.
 
 The Triton interface is DLE's: eight inputs ``s_cat__0 … id__7`` (absent feature groups are sent
 as one zero column) and one output ``target__0`` of shape ``[batch, horizon, quantiles]``.
@@ -429,6 +430,12 @@ class TFTSpec:
         self.outputs = [TensorSpec("target__0", "float32", (c.horizon, len(c.quantiles)))]
 
 
+# DLE 23.04+ (modeling.py since "Move to nvFuser") holds everything after the static covariate
+# encoder as ``self.TFTpart2 = TFTBack(config)`` (scripted or not): 120 of TFT's 174 names carry
+# this prefix; the parameters are the same.
+DLE_BACK_PREFIX = "TFTpart2."
+
+
 class TFTFamily(TorchFamily):
     """The workflow's view of TFT: build, checkpoint, serving module, example inputs."""
 
@@ -448,6 +455,10 @@ class TFTFamily(TorchFamily):
     def wrap(self, model: nn.Module) -> nn.Module:
         assert isinstance(model, TemporalFusionTransformer)  # what build() made
         return TFTServing(model, self.cfg)
+
+    def adapt_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """DLE's names in either layout (flat, or 23.04+'s ``TFTpart2.``) → this module's."""
+        return {k.removeprefix(DLE_BACK_PREFIX): v for k, v in state.items()}
 
     def init_state(self, seed: int) -> dict[str, Any]:
         """A seeded-random initialisation in DLE's checkpoint layout."""
