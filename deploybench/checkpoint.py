@@ -144,26 +144,23 @@ def read_state_dict(path: str | Path, *, ema: bool = False, model: str = "DLE") 
     """
     file = resolve_checkpoint_file(path)
     data = _torch_load(file)
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"{file}: not a {model} checkpoint (a dict of weights, or a dict holding them under "
-            f"{' or '.join(map(repr, STATE_DICT_KEYS))}; found a {type(data).__name__})"
-        )
+    keys = sorted(map(str, data)) if isinstance(data, dict) else []
     if ema:
-        if EMA_STATE_DICT_KEY not in data:
+        if EMA_STATE_DICT_KEY not in keys:
             raise ValueError(
                 f"{file}: checkpoint_ema is set but the checkpoint has no {EMA_STATE_DICT_KEY!r} "
-                f"(keys: {sorted(map(str, data))}); set checkpoint_ema: false to read its weights"
+                f"(keys: {keys}); set checkpoint_ema: false to read its weights"
             )
         state = data[EMA_STATE_DICT_KEY]
     elif _is_state_dict(data):
         state = data
     else:
-        key = next((k for k in STATE_DICT_KEYS if k in data), None)
+        key = next((k for k in STATE_DICT_KEYS if k in keys), None)
         if key is None:
+            found = f"keys: {keys}" if isinstance(data, dict) else f"a {type(data).__name__}"
             raise ValueError(
                 f"{file}: not a {model} checkpoint (a dict of weights, or a dict holding them "
-                f"under {' or '.join(map(repr, STATE_DICT_KEYS))}; keys: {sorted(map(str, data))})"
+                f"under {' or '.join(map(repr, STATE_DICT_KEYS))}; found {found})"
             )
         state = data[key]
     if not _is_state_dict(state):
