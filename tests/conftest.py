@@ -12,11 +12,15 @@ import psutil
 import pytest
 import yaml
 
+from tests.dle_fixtures import tft_reference_checkpoint, write_tft_train_checkpoint
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
 SMOKE = REPO / "config" / "smoke.yaml"
+# Where the shared smoke run keeps TFT's DLE-layout checkpoint (relative to its workdir).
+SMOKE_TFT_CHECKPOINT = "checkpoints/electricity_bin"
 
 
 def base_config() -> dict[str, Any]:
@@ -110,7 +114,13 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if reuse:
         return Path(reuse)
     wd = tmp_path_factory.mktemp("smoke-run")
-    write_config(wd, smoke_config())
+    config = smoke_config()
+    # The default run's TFT serves a checkpoint as DLE 23.04+'s train.py writes it
+    # (``TFTpart2.`` names), with the weights of the DLE reference fixture.
+    _, _, state = tft_reference_checkpoint("TFTpart2")
+    write_tft_train_checkpoint(wd / SMOKE_TFT_CHECKPOINT, state)
+    config["models"]["tft"]["checkpoint"] = SMOKE_TFT_CHECKPOINT
+    write_config(wd, config)
     result = run_snakemake(wd, "all", "cpu", timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert processes_mentioning(str(wd)) == []

@@ -11,7 +11,7 @@ from deploybench.checkpoint import load_checkpoint, prepare_checkpoint, write_se
 from deploybench.export import export_model
 from deploybench.models import load_family
 from deploybench.runtime import load_runner
-from tests.dle_fixtures import dle_fixture, seeded_values
+from tests.dle_fixtures import dle_fixture, tft_reference_checkpoint, write_tft_train_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -187,42 +187,12 @@ def test_dle_names_and_shapes_map_one_to_one(model, layout):
     assert mapped == ours
 
 
-def _dle_train_checkpoint(folder, state, config_class_name="ElectricityConfig"):
-    """``checkpoint.pt`` as DLE's TFT train.py saves it: args, config and the state dict."""
-    import argparse
-
-    fake = types.ModuleType("configuration")
-    config_class = type(config_class_name, (), {"__module__": "configuration"})
-    fake.__dict__[config_class_name] = config_class
-    sys.modules["configuration"] = fake
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        ckpt = {"args": argparse.Namespace(dataset="electricity"), "config": config_class()}
-        torch.save({**ckpt, "model": state}, folder / "checkpoint.pt")
-    finally:
-        del sys.modules["configuration"]
-    return folder
-
-
-def _reference_checkpoint(layout):
-    """DLE's smoke-size electricity TFT with the fixture's seeded weights, in ``layout``."""
-    ref = dle_fixture("tft-electricity")["reference"]
-    family = load_family("tft", ref["hparams"])
-    state = seeded_values(ref["parameters"], ref["seed"])
-    # The attention mask is DLE's buffer (the causal -inf triangle), not a trained value.
-    state["TFTpart2.attention._mask"] = family.init_state(0)["model"]["attention._mask"]
-    assert set(state) == set(ref["parameters"]) | set(ref["buffers"])
-    if layout == "flat":
-        state = {k.removeprefix("TFTpart2."): v for k, v in state.items()}
-    return ref, family, state
-
-
 @pytest.mark.parametrize("layout", DLE_LAYOUTS)
 def test_dle_checkpoint_gives_dles_outputs(layout, tmp_path):
     """Weights in DLE's names land where the names say: DLE's own forward pass on the same
     weights and inputs (recorded in the fixture) is reproduced through the workflow's path."""
-    ref, family, state = _reference_checkpoint(layout)
-    folder = _dle_train_checkpoint(tmp_path / "electricity_bin", state)
+    ref, family, state = tft_reference_checkpoint(layout)
+    folder = write_tft_train_checkpoint(tmp_path / "electricity_bin", state)
     origin = prepare_checkpoint(family, str(folder), 0, tmp_path / "out.pt")
     assert origin == f"checkpoint {folder}"
     written = load_checkpoint(tmp_path / "out.pt")["model"]
@@ -235,10 +205,10 @@ def test_dle_checkpoint_gives_dles_outputs(layout, tmp_path):
 
 
 def test_dle_checkpoint_of_another_architecture_names_its_keys(tmp_path):
-    _, family, state = _reference_checkpoint("TFTpart2")
+    _, family, state = tft_reference_checkpoint("TFTpart2")
     traffic_like = {**state, "TFTpart2.history_vsn.var_grns.4.lin_a.weight": torch.zeros(16, 16)}
     del traffic_like["TFTpart2.quantile_proj.bias"]
-    folder = _dle_train_checkpoint(tmp_path / "x", traffic_like)
+    folder = write_tft_train_checkpoint(tmp_path / "x", traffic_like)
     with pytest.raises(ValueError) as err:
         prepare_checkpoint(family, str(folder), 0, tmp_path / "out.pt")
     message = str(err.value)

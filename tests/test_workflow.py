@@ -15,6 +15,7 @@ from deploybench.models import load_family
 from deploybench.perf import COLUMNS
 from tests.conftest import (
     SMOKE,
+    SMOKE_TFT_CHECKPOINT,
     base_config,
     planned_jobs,
     processes_mentioning,
@@ -22,6 +23,7 @@ from tests.conftest import (
     smoke_config,
     write_config,
 )
+from tests.dle_fixtures import tft_reference_checkpoint
 
 pytestmark = pytest.mark.e2e
 
@@ -67,6 +69,25 @@ def test_accuracy_csv_passes(workdir):
     [row] = read_csv(workdir / RUN / "accuracy.csv")
     assert row["output"] == "target__0" and row["passed"] == "True" and row["batch"] == "4"
     assert float(row["max_abs_err"]) <= float(row["atol"]) + 1e-3
+
+
+def test_dle_checkpoint_drives_the_default_run(workdir):
+    """The smoke run's TFT serves a checkpoint.pt as DLE 23.04+ writes it (``TFTpart2.``
+    names): the workflow's checkpoint holds its weights by this project's names, and the
+    accuracy above passed on them."""
+    import torch
+
+    from deploybench.checkpoint import load_checkpoint
+
+    prov = json.loads(
+        (workdir / "results/tft/checkpoint/checkpoint.pt.provenance.json").read_text()
+    )
+    assert prov["origin"] == f"checkpoint {SMOKE_TFT_CHECKPOINT}"
+    _, _, dle = tft_reference_checkpoint("TFTpart2")
+    served = load_checkpoint(workdir / "results/tft/checkpoint/checkpoint.pt")["model"]
+    assert served.keys() == {k.removeprefix("TFTpart2.") for k in dle}
+    for name in ("TFTpart2.quantile_proj.weight", "embedding.s_cat_embed.0.weight"):
+        assert torch.equal(served[name.removeprefix("TFTpart2.")], dle[name])
 
 
 def test_results_have_provenance(workdir):
