@@ -17,7 +17,7 @@ demo: setup
 # envs/slurm.sh: Debian's SLURM and munge for the tests' one-node cluster (tests/test_slurm.py)
 test: setup
 	bash envs/slurm.sh
-	$(VENV)/bin/pytest -ra
+	$(VENV)/bin/pytest -ra --durations=25
 
 lint: setup
 	$(VENV)/bin/snakemake --lint

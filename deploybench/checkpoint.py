@@ -52,16 +52,22 @@ class _LenientPickle:
     __name__ = "deploybench_lenient_pickle"
 
 
+# The file a DLE training script names in its output directory, where it names one.
+CHECKPOINT_FILE_NAMES = ("checkpoint.pt", "pytorch_model.bin")
+
+
 def resolve_checkpoint_file(path: str | Path) -> Path:
     """A checkpoint file from a file or a checkpoint directory; a clear error if missing.
 
-    A directory holds ``checkpoint.pt`` (TFT's train.py), or exactly one ``*.ckpt`` (a
-    Lightning run, e.g. nnU-Net) or ``*.pt`` file (e.g. one ``FastPitch_checkpoint_<epoch>.pt``).
+    A directory holds ``checkpoint.pt`` (TFT's train.py) or ``pytorch_model.bin`` (BERT's
+    run_squad.py), or exactly one ``*.ckpt`` (a Lightning run, e.g. nnU-Net) or ``*.pt`` file
+    (e.g. one ``FastPitch_checkpoint_<epoch>.pt``).
     """
     p = Path(path)
     if p.is_dir():
-        if (p / "checkpoint.pt").is_file():
-            return p / "checkpoint.pt"
+        for name in CHECKPOINT_FILE_NAMES:
+            if (p / name).is_file():
+                return p / name
         candidates = sorted([*p.glob("*.ckpt"), *p.glob("*.pt")])
         if len(candidates) == 1:
             return candidates[0]
@@ -74,7 +80,8 @@ def resolve_checkpoint_file(path: str | Path) -> Path:
         return p
     raise FileNotFoundError(
         f"checkpoint {str(path)!r} not found (expected a file, or a directory holding "
-        "checkpoint.pt, or one *.ckpt or *.pt file, as DLE's training scripts write them)"
+        f"{' or '.join(CHECKPOINT_FILE_NAMES)}, or one *.ckpt or *.pt file, as DLE's training "
+        "scripts write them)"
     )
 
 

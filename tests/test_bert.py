@@ -6,14 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from deploybench.checkpoint import load_checkpoint
+from deploybench.checkpoint import load_checkpoint, prepare_checkpoint, read_workflow_checkpoint
 from deploybench.export import export_model
 from deploybench.models.bert import (
     BertFamily,
     BertQAConfig,
+    DLEGelu,
     SquadExample,
     SquadFeature,
     best_span,
+    dle_to_hf_names,
     exact_match_score,
     f1_score,
     max_context_flags,
@@ -23,6 +25,7 @@ from deploybench.models.bert import (
     squad_scores,
 )
 from deploybench.runtime import load_runner
+from tests.dle_fixtures import dle_fixture, seeded_values
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bert"
 TINY = {
@@ -336,3 +339,109 @@ def test_dle_checkpoint_file_loads_through_the_workflow_loader(family, state, tm
     raw = load_checkpoint(tmp_path / "bert_large_qa.pt")
     assert "bert.pooler.dense_act.weight" in raw["model"]
     assert "bert.pooler.dense.weight" not in family.adapt_state_dict(raw["model"])
+
+
+# ----------------------------------------------------------------------------- DLE checkpoints
+# tests/fixtures/dle/bert-large-qa.json: DLE's BertForQuestionAnswering names and shapes at
+# large.json, and DLE's own logits at TINY for seeded weights, per GELU release (its "source").
+
+DLE = dle_fixture("bert-large-qa")
+DLE_REF = DLE["reference"]
+DLE_POOLER = {"bert.pooler.dense_act.weight", "bert.pooler.dense_act.bias"}
+
+
+def _dle_weights() -> dict[str, torch.Tensor]:
+    """The reference's weights, by DLE's names at the reference's (smoke) size."""
+    values = seeded_values(DLE_REF["parameters"], DLE_REF["seed"])
+    return {k: v * DLE_REF["scale"] for k, v in values.items()}
+
+
+def test_gelu_is_a_dle_release_choice():
+    assert BertQAConfig().gelu == "tanh"  # the seed page's release
+    with pytest.raises(
+        ValueError, match=r"gelu 'exact' is not a DLE BERT GELU; valid: \['erf', 'tanh'\]"
+    ):
+        BertQAConfig(gelu="exact")
+    x = torch.linspace(-6.0, 6.0, 241)
+    # tanh: DLE's F.gelu(x, approximate=True); erf: DLE's x * 0.5 * (1 + erf(x / 1.41421))
+    assert torch.equal(DLEGelu("tanh")(x), torch.nn.functional.gelu(x, approximate="tanh"))
+    assert torch.equal(DLEGelu("erf")(x), x * 0.5 * (1.0 + torch.erf(x / 1.41421)))
+    assert (DLEGelu("tanh")(x) - DLEGelu("erf")(x)).abs().max() > 1e-4
+    for gelu in ("erf", "tanh"):
+        model = BertFamily({**TINY, "gelu": gelu}).build()
+        acts = [layer.intermediate.intermediate_act_fn for layer in model.bert.encoder.layer]
+        assert [(type(a), a.variant) for a in acts] == [(DLEGelu, gelu)] * TINY["num_hidden_layers"]
+
+
+def test_dle_names_and_shapes_map_one_to_one_at_full_size():
+    """Every parameter of DLE's BERT-large QA model lands on one of ours, same shape, and every
+    one of ours is given (DLE's pooler, unused by the QA logits, is the only one dropped)."""
+    from tests.conftest import base_config
+
+    family = BertFamily(base_config()["models"]["bert"]["hparams"])
+    assert DLE["parameters"]["bert.embeddings.word_embeddings.weight"] == [30528, 1024]
+    with torch.device("meta"):
+        dle = {k: torch.empty(shape) for k, shape in DLE["parameters"].items()}
+        mapped = family.adapt_state_dict(dle)
+        ours = {k: list(v.shape) for k, v in family.build().state_dict().items()}
+        family.serving_module({"model": mapped})  # the workflow's own fit check, at full size
+    assert {k: list(v.shape) for k, v in mapped.items()} == ours
+    assert len(mapped) == len(dle) - len(DLE_POOLER) == 391
+
+
+@pytest.mark.parametrize(
+    ("container", "dtype", "prefix"),
+    [
+        ("model", torch.float16, "module."),  # run_squad.py since a7089640, AMP, from DDP
+        ("model", torch.float32, ""),
+        ("bare", torch.float32, ""),  # run_squad.py before a7089640 (2019-11)
+    ],
+)
+def test_dle_checkpoint_lands_through_the_workflow(tmp_path, container, dtype, prefix):
+    family = BertFamily(DLE_REF["hparams"])
+    dle = {k: v.to(dtype) for k, v in _dle_weights().items()}
+    state = {prefix + k: v for k, v in dle.items()}
+    torch.save({"model": state} if container == "model" else state, tmp_path / "qa.pt")
+    origin = prepare_checkpoint(family, str(tmp_path / "qa.pt"), 0, tmp_path / "out.pt")
+    assert origin == f"checkpoint {tmp_path / 'qa.pt'}"
+    served = family.serving_module(read_workflow_checkpoint(family, tmp_path / "out.pt"))
+    weights = served.model.state_dict()
+    assert len(weights) == len(dle) - len(DLE_POOLER)
+    for name, value in dle.items():
+        if name in DLE_POOLER:
+            continue
+        [(ours, _)] = dle_to_hf_names({name: value}).items()
+        assert weights[ours].dtype == torch.float32
+        assert torch.equal(weights[ours], value.float()), name
+
+
+@pytest.mark.parametrize("gelu", ["tanh", "erf"])
+def test_dle_checkpoint_gives_dles_logits(tmp_path, gelu):
+    """DLE's own logits (fixture, per release) for the same weights and inputs, reproduced
+    through the workflow's path; the other release's GELU misses them by more than 1e-4."""
+    family = BertFamily({**DLE_REF["hparams"], "gelu": gelu})
+    torch.save({"model": _dle_weights()}, tmp_path / "qa.pt")
+    prepare_checkpoint(family, str(tmp_path / "qa.pt"), 0, tmp_path / "out.pt")
+    served = family.serving_module(read_workflow_checkpoint(family, tmp_path / "out.pt"))
+    feeds = {k: np.asarray(v["values"], dtype=v["dtype"]) for k, v in DLE_REF["inputs"].items()}
+    out = family.framework_outputs(served, feeds)
+    other = "erf" if gelu == "tanh" else "tanh"
+    for name in OUTPUTS:
+        expected = np.asarray(DLE_REF["outputs"][gelu][name], dtype=np.float32)
+        np.testing.assert_allclose(out[name], expected, rtol=0, atol=1e-5)  # measured 7e-7
+        assert np.abs(out[name] - np.asarray(DLE_REF["outputs"][other][name])).max() > 1e-4
+
+
+def test_dle_checkpoint_of_another_architecture_names_its_keys(tmp_path):
+    torch.save({"model": _dle_weights()}, tmp_path / "qa.pt")
+    deeper = BertFamily({**DLE_REF["hparams"], "num_hidden_layers": 3})
+    with pytest.raises(ValueError) as err:
+        prepare_checkpoint(deeper, str(tmp_path / "qa.pt"), 0, tmp_path / "out.pt")
+    assert "does not fit the configured BERT hyper-parameters" in str(err.value)
+    assert "missing (16): bert.encoder.layer.2.attention.output.LayerNorm.bias" in str(err.value)
+    wider = BertFamily({**DLE_REF["hparams"], "intermediate_size": 128})
+    with pytest.raises(
+        ValueError, match=r"bert\.encoder\.layer\.0\.intermediate\.dense\.bias \(64,\) vs \(128,\)"
+    ):
+        prepare_checkpoint(wider, str(tmp_path / "qa.pt"), 0, tmp_path / "out.pt")
+    assert not (tmp_path / "out.pt").exists()

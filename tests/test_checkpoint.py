@@ -77,6 +77,8 @@ def test_checkpoint_directories(tmp_path):
     torch.save(WEIGHTS, tmp_path / "b.pt")
     with pytest.raises(ValueError, match=r"holds 2 checkpoints \(a.pt, b.pt\): configure one"):
         resolve_checkpoint_file(tmp_path)
+    torch.save({"model": WEIGHTS}, tmp_path / "pytorch_model.bin")  # run_squad.py's name
+    assert resolve_checkpoint_file(tmp_path) == tmp_path / "pytorch_model.bin"
     torch.save({"model": WEIGHTS}, tmp_path / "checkpoint.pt")  # TFT's train.py name wins
     assert resolve_checkpoint_file(tmp_path) == tmp_path / "checkpoint.pt"
     with pytest.raises(FileNotFoundError, match="not found"):

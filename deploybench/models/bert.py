@@ -3,7 +3,8 @@
 The network is Hugging Face ``transformers``' ``BertForQuestionAnswering``, built from DLE's
 ``bert_configs/large.json`` values (24 layers, hidden 1024, 16 heads, FFN 4096, vocabulary padded
 to a multiple of 8 as DLE's ``triton/model.py`` does). It is the same architecture as DLE's own
-``modeling.py``; checkpoints in DLE's names load through ``adapt_state_dict``.
+``modeling.py``; checkpoints in DLE's names load through ``adapt_state_dict``. The one
+difference between DLE releases is the FFN's GELU (hyper-parameter ``gelu``, see ``GELU``).
 
 The Triton interface is DLE's: ``input__0`` token ids, ``input__1`` segment ids, ``input__2``
 attention mask (int32, ``[batch, 384]``, cast to int64 inside the model as DLE's
@@ -23,7 +24,7 @@ import contextlib
 import json
 import re
 import string
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ..tensors import TensorSpec
 from .base import Batch, TorchFamily, _check_weights, check_hparams
@@ -46,6 +48,23 @@ VOCAB_FILE = "vocab.txt"
 # Where DLE's ``prepare_datasets.sh`` puts them under its datasets directory.
 DLE_SQUAD_FILE = Path("data/squad/v1.1") / SQUAD_FILE
 DLE_VOCAB_FILE = Path("data/google_pretrained_weights/uncased_L-24_H-1024_A-16") / VOCAB_FILE
+
+
+def _gelu_erf(x: Tensor) -> Tensor:
+    # DLE's formula as written, its rounded sqrt(2) included, so the activation is bit-exact.
+    return x * 0.5 * (1.0 + torch.erf(x / 1.41421))
+
+
+def _gelu_tanh(x: Tensor) -> Tensor:
+    # DLE's F.gelu(x, approximate=True): NGC PyTorch's flag (pytorch#61439), "tanh" upstream.
+    return F.gelu(x, approximate="tanh")
+
+
+# The GELU of the FFN in DLE's BERT ``modeling.py``, by release (hyper-parameter ``gelu``):
+# "erf" from bae6e931 (2019-08) to 482fe9ac (2020-09, last before the change); "tanh" from
+# a9e2c1d5 (2022-03, "update LDDL + NVFuser"), which added the seed page's triton/large
+# deployment (NGC PyTorch 21.10), to HEAD.
+GELU: dict[str, Callable[[Tensor], Tensor]] = {"erf": _gelu_erf, "tanh": _gelu_tanh}
 
 
 @dataclass(frozen=True)
@@ -68,8 +87,11 @@ class BertQAConfig:
     max_answer_length: int = 30
     n_best_size: int = 20
     do_lower_case: bool = True
+    gelu: str = "tanh"
 
     def __post_init__(self) -> None:
+        if self.gelu not in GELU:
+            raise ValueError(f"gelu {self.gelu!r} is not a DLE BERT GELU; valid: {sorted(GELU)}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by "
@@ -117,7 +139,7 @@ def _hf_config(cfg: BertQAConfig) -> Any:
         type_vocab_size=cfg.type_vocab_size,
         layer_norm_eps=cfg.layer_norm_eps,
         initializer_range=cfg.initializer_range,
-        hidden_act="gelu",  # exact erf GELU; DLE's erf(x / 1.41421) differs by < 1e-5
+        hidden_act="gelu",  # replaced by DLE's own GELU in build_network
     )
     config.torchscript = True  # tuple outputs, as tracing needs
     return config
@@ -137,7 +159,24 @@ def build_network(cfg: BertQAConfig, *, initialise: bool = True) -> nn.Module:
     for module in model.modules():
         if hasattr(module, "loss_type"):
             module.loss_type = "ForQuestionAnswering"
+    for layer in model.bert.encoder.layer:
+        layer.intermediate.intermediate_act_fn = DLEGelu(cfg.gelu)
     return model
+
+
+class DLEGelu(nn.Module):
+    """The FFN activation of DLE's ``modeling.py`` of a release (``GELU``)."""
+
+    def __init__(self, variant: str) -> None:
+        super().__init__()
+        self.variant = variant
+        self.fn = GELU[variant]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x)
+
+    def extra_repr(self) -> str:
+        return self.variant
 
 
 class BertQAServing(nn.Module):
