@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from deploybench.checkpoint import write_seeded_checkpoint
+from deploybench.checkpoint import (
+    prepare_checkpoint,
+    read_workflow_checkpoint,
+    write_seeded_checkpoint,
+)
 from deploybench.export import export_model
 from deploybench.models.fastpitch import (
     MEL_MAX,
@@ -14,6 +18,7 @@ from deploybench.models.fastpitch import (
     text_to_ids,
 )
 from deploybench.runtime import load_runner
+from tests.dle_fixtures import dle_fixture, seeded_values
 
 SMOKE = {
     "symbols_embedding_dim": 32,
@@ -27,8 +32,10 @@ SMOKE = {
     "out_fft_output_size": 32,
     "dur_predictor_filter_size": 32,
     "pitch_predictor_filter_size": 32,
+    "energy_predictor_filter_size": 32,
 }
 OUTPUTS = ["OUTPUT__0", "OUTPUT__1", "OUTPUT__2", "OUTPUT__3"]
+VERSIONS = ["1.0", "1.1", "1.1-energy"]
 
 
 @pytest.fixture(scope="module")
@@ -267,3 +274,135 @@ def test_dle_checkpoint_with_ddp_prefix_loads(family, tmp_path):
     assert set(loaded["model"]) == set(state)
     assert all(torch.equal(loaded["model"][k], state[k]) for k in state)
     family.serving_module(loaded)
+
+
+# --- DLE versions: FastPitch 1.0, 1.1, 1.1 with energy conditioning ---------------------------
+
+
+def _dle_state(version: str) -> tuple[FastPitchFamily, dict[str, torch.Tensor]]:
+    """The fixture's reference: the family at its small hyper-parameters and the seeded DLE
+    state dict (DLE's names, aligner included) that DLE's own code computed its outputs with."""
+    ref = dle_fixture(f"fastpitch-{version}")["reference"]
+    state = seeded_values(ref["parameters"], ref["seed"])
+    for name, value in ref["set"].items():
+        state[name] = torch.full_like(state[name], value)
+    for name, factor in ref["scale"].items():
+        state[name] = state[name] * factor
+    return FastPitchFamily(ref["hparams"]), state
+
+
+def _save_dle_checkpoint(version: str, state: dict, path, *, ddp: bool) -> None:
+    """As DLE's training saves it: 1.1's Checkpointer.maybe_save (common/utils.py, unwrapped
+    model) or 1.0's save_checkpoint (train.py, the DDP-wrapped model: ``module.`` names)."""
+    weights = {f"module.{k}" if ddp else k: v for k, v in state.items()}
+    optimizer = {"state": {}, "param_groups": [{"lr": 0.1, "params": list(range(len(state)))}]}
+    if version == "1.0":
+        container = {"epoch": 1500, "config": {"n_mel_channels": 80}, "state_dict": weights}
+        container |= {"ema_state_dict": None, "optimizer": optimizer}
+    else:
+        container = {"epoch": 1000, "iteration": 56000, "config": {"n_mel_channels": 80}}
+        container |= {"train_setup": {"energy_conditioning": version.endswith("energy")}}
+        container |= {"state_dict": weights, "optimizer": optimizer, "scaler": {"scale": 1.0}}
+    torch.save(container, path)
+
+
+def _load(family, source, tmp_path):
+    out = tmp_path / "workflow.pt"
+    prepare_checkpoint(family, str(source), seed=0, out=out)
+    return family.serving_module(read_workflow_checkpoint(family, out))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dle_parameters_match_at_full_size(version):
+    """DLE's names and shapes at its default (full) sizes, on the meta device; only 1.1's
+    training-time aligner is not served."""
+    params = dle_fixture(f"fastpitch-{version}")["parameters"]
+    energy = version.endswith("energy")
+    family = FastPitchFamily({"energy_conditioning": energy})
+    with torch.device("meta"):
+        ours = {k: list(v.shape) for k, v in family.build().state_dict().items()}
+    served = family.adapt_state_dict(params)
+    assert served == ours
+    aligner = sorted(set(params) - set(served))
+    assert len(aligner) == (0 if version == "1.0" else 12)
+    assert all(k.startswith("attention.") for k in aligner)
+    assert sum(k.startswith(("energy_predictor.", "energy_emb.")) for k in ours) == 12 * energy
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("ddp", [True, False])
+def test_dle_checkpoint_loads_and_gives_dles_outputs(version, ddp, tmp_path):
+    """A checkpoint in DLE's container loads through the workflow: every served tensor is the
+    checkpoint's, and the served outputs are those DLE's own infer computed from it."""
+    family, state = _dle_state(version)
+    _save_dle_checkpoint(version, state, tmp_path / "FastPitch_checkpoint_1000.pt", ddp=ddp)
+    model = _load(family, tmp_path / "FastPitch_checkpoint_1000.pt", tmp_path)
+    served = model.model.state_dict()
+    assert set(served) == {k for k in state if not k.startswith("attention.")}
+    for name, tensor in served.items():
+        assert torch.equal(tensor, state[name]), name
+
+    ref = dle_fixture(f"fastpitch-{version}")["reference"]
+    dle = ref["outputs"]
+    expected = [dle["mel_out"], dle["dec_lens"], dle["dur_pred"], dle["pitch_pred"]]
+    expected += [dle["energy_pred"]] if "energy_pred" in dle else []
+    outputs = run(model, np.array(ref["inputs"], dtype=np.int64))
+    assert len(outputs) == len(family.outputs) == 4 + version.endswith("energy")
+    # DLE's infer returns lengths [B] (served [B, 1]) and 1.1's pitch [B, 1, L] (served [B, L])
+    for got, want in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(got.reshape(want["shape"]), want["values"], atol=1e-5)
+
+
+def test_energy_output_follows_the_energy_predictor(tmp_path):
+    family, state = _dle_state("1.1-energy")
+    assert [s.name for s in family.outputs] == [*OUTPUTS, "OUTPUT__4"]
+    assert family.outputs[4].shape == (family.cfg.text_length,)
+    ids = np.array(dle_fixture("fastpitch-1.1-energy")["reference"]["inputs"], dtype=np.int64)
+    before = run(family.serving_module({"model": family.adapt_state_dict(state)}), ids)
+    state["energy_predictor.fc.bias"] = state["energy_predictor.fc.bias"] + 0.5
+    after = run(family.serving_module({"model": family.adapt_state_dict(state)}), ids)
+    real = ids != 0
+    np.testing.assert_allclose(after[4][real], before[4][real] + 0.5, atol=1e-5)
+    assert np.all(after[4][~real] == 0)
+    assert not np.allclose(after[0], before[0])  # the mel is conditioned on it
+    np.testing.assert_array_equal(after[2], before[2])  # durations come before energy
+
+
+def test_energy_export_serves_five_outputs(tmp_path):
+    family = FastPitchFamily({**SMOKE, "energy_conditioning": True})
+    names = [*OUTPUTS, "OUTPUT__4"]
+    tolerance = {o: {"atol": 1e-4, "rtol": 1e-3} for o in names}
+    state = family.init_state(0)
+    report = export_model(family, state, "onnx", "fp32", tmp_path / "m.onnx", tolerance=tolerance)
+    assert all(c["passed"] for c in report["checks"])
+    runner = load_runner(
+        "onnxruntime", tmp_path / "m.onnx", input_names=["INPUT__0"], output_names=names
+    )
+    feeds = family.example_inputs(3, seed=4)
+    expected = run(family.serving_module(state), feeds["INPUT__0"])
+    for e, g in zip(expected, runner(feeds), strict=True):
+        np.testing.assert_allclose(g, e, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("version", "energy", "message"),
+    [
+        ("1.1-energy", False, "energy_conditioning is false; unexpected \\(12\\): energy_emb.bias"),
+        ("1.0", True, "energy_conditioning is true; missing \\(12\\): energy_emb.bias"),
+    ],
+    ids=["energy-checkpoint-to-1.0-config", "1.0-checkpoint-to-energy-config"],
+)
+def test_energy_variant_mismatch_names_the_energy_keys(version, energy, message, tmp_path):
+    _, state = _dle_state(version)
+    hparams = dle_fixture(f"fastpitch-{version}")["reference"]["hparams"]
+    family = FastPitchFamily({**hparams, "energy_conditioning": energy})
+    _save_dle_checkpoint(version, state, tmp_path / "c.pt", ddp=True)
+    with pytest.raises(ValueError, match=message) as err:
+        _load(family, tmp_path / "c.pt", tmp_path)
+    assert "energy_predictor.fc.weight" in str(err.value)
+    assert not (tmp_path / "workflow.pt").exists()
+
+
+def test_energy_conditioning_must_be_a_boolean():
+    with pytest.raises(TypeError, match="energy_conditioning must be true or false, got 'yes'"):
+        FastPitchFamily({**SMOKE, "energy_conditioning": "yes"})

@@ -8,12 +8,20 @@ decoder and a linear projection to mel channels. Parameter names follow DLE's st
 (``encoder.word_emb``, ``encoder.layers.N.dec_attn.qkv_net``, ``duration_predictor.layers.N.conv``,
 ``pitch_emb``, ``proj`` …) so that a DLE checkpoint loads unchanged.
 
+DLE versions (tests/fixtures/dle/fastpitch-*.json list their parameters): FastPitch 1.1
+(commit ba8f04bf) adds a training-only aligner (``attention.*``, dropped on reading) and, with
+``--energy-conditioning`` (its scripts/train.sh default), an energy predictor and embedding:
+hyper-parameter ``energy_conditioning``, default false as the seed's 1.0 checkpoint. 1.0 and
+1.1 without energy compute the same inference network.
+
 Triton interface (DLE's ``triton/model.py``, inference mode): one input ``INPUT__0`` (symbol ids,
-zero-padded; DLE also names an ``INPUT__1`` with the text lengths, which its ``infer`` ignores,
-so the traced model has none) and four outputs: ``OUTPUT__0`` the mel spectrogram
+zero-padded; DLE 1.0 also names an ``INPUT__1`` with the text lengths, which its ``infer``
+ignores, so the traced model has none) and four outputs: ``OUTPUT__0`` the mel spectrogram
 ``[80, frames]``, ``OUTPUT__1`` the number of valid frames, ``OUTPUT__2`` the predicted
-durations and ``OUTPUT__3`` the predicted pitch per symbol. The number of frames depends on the
-predicted durations, so ``OUTPUT__0`` is padded to the longest example of the batch.
+durations and ``OUTPUT__3`` the predicted pitch per symbol; with energy conditioning a fifth,
+``OUTPUT__4``, the predicted energy per symbol (DLE 1.1's ``triton/model.py`` names five
+outputs after ``infer``'s ``energy_pred``). The number of frames depends on the predicted
+durations, so ``OUTPUT__0`` is padded to the longest example of the batch.
 
 Length regulation is built from tensor operations only (cumulative sums, a comparison and a
 gather), so one ``torch.jit.trace`` or ONNX export serves any batch size, text length and set of
@@ -43,6 +51,9 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 CHARACTERS = PAD + SPECIAL + PUNCTUATION + LETTERS
 SYMBOL_ID = {c: i for i, c in enumerate(CHARACTERS)}
 N_ARPABET = 84
+
+# Parameter name prefixes of FastPitch 1.1's energy conditioning.
+ENERGY_PREFIXES = ("energy_predictor.", "energy_emb.")
 
 # DLE's accuracy check (triton/metrics.py): a mel value outside this range marks an utterance
 # as broken (LJSpeech's log-mels span about -11.5 … 2.1).
@@ -84,6 +95,14 @@ class FastPitchConfig:
     p_pitch_predictor_dropout: float = 0.1
     pitch_predictor_n_layers: int = 2
     pitch_embedding_kernel_size: int = 3
+    # FastPitch 1.1's energy conditioning (DLE's --energy-conditioning; train.sh sets it by
+    # default): an energy predictor and embedding, and a fifth output. Off for FastPitch 1.0.
+    energy_conditioning: bool = False
+    energy_predictor_kernel_size: int = 3
+    energy_predictor_filter_size: int = 256
+    p_energy_predictor_dropout: float = 0.1
+    energy_predictor_n_layers: int = 2
+    energy_embedding_kernel_size: int = 3
     # Inference settings of DLE's ``infer``: durations are clamped to [0, max_duration] frames
     # and divided by pace.
     max_duration: float = 75.0
@@ -106,6 +125,10 @@ class FastPitchConfig:
         return cfg
 
     def validate(self) -> None:
+        if not isinstance(self.energy_conditioning, bool):
+            raise TypeError(
+                f"energy_conditioning must be true or false, got {self.energy_conditioning!r}"
+            )
         d = self.symbols_embedding_dim
         if self.in_fft_output_size != d or self.out_fft_output_size != d:
             raise ValueError(
@@ -275,7 +298,8 @@ class ConvReLUNorm(nn.Module):
 
 
 class TemporalPredictor(nn.Module):
-    """One value per symbol (log-duration or normalised pitch) from the encoder output."""
+    """One value per symbol (log-duration, normalised pitch or log-energy) from the encoder
+    output."""
 
     def __init__(
         self, input_size: int, filter_size: int, kernel_size: int, dropout: float, n_layers: int
@@ -325,7 +349,8 @@ def regulate_length(
 
 
 class FastPitch(nn.Module):
-    """FastPitch 1.0 in inference mode: symbol ids → mel, lengths, durations, pitch."""
+    """FastPitch in inference mode: symbol ids → mel, lengths, durations, pitch (and energy
+    with ``energy_conditioning``)."""
 
     def __init__(self, cfg: FastPitchConfig) -> None:
         super().__init__()
@@ -352,13 +377,27 @@ class FastPitch(nn.Module):
         # Training-set pitch statistics, stored in DLE's checkpoints; inference does not use them.
         self.register_buffer("pitch_mean", torch.zeros(1))
         self.register_buffer("pitch_std", torch.zeros(1))
+        # After the pitch modules and before proj, as in DLE's model.py.
+        self.energy_predictor: TemporalPredictor | None = None
+        self.energy_emb: nn.Conv1d | None = None
+        if cfg.energy_conditioning:
+            self.energy_predictor = TemporalPredictor(
+                cfg.in_fft_output_size,
+                cfg.energy_predictor_filter_size,
+                cfg.energy_predictor_kernel_size,
+                cfg.p_energy_predictor_dropout,
+                cfg.energy_predictor_n_layers,
+            )
+            k = cfg.energy_embedding_kernel_size
+            self.energy_emb = nn.Conv1d(1, d, k, padding=k // 2)
         self.proj = nn.Linear(cfg.out_fft_output_size, cfg.n_mel_channels)
         with torch.no_grad():
             self.duration_predictor.fc.bias.fill_(math.log1p(cfg.init_frames_per_symbol))
 
-    def forward(self, symbols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(self, symbols: Tensor) -> tuple[Tensor, ...]:
         """``symbols`` ``[B, L]`` int64 → mel ``[B, n_mel, T]``, frames ``[B]`` (int64),
-        durations ``[B, L]`` and pitch ``[B, L]`` (DLE's ``infer`` outputs, in its order)."""
+        durations ``[B, L]``, pitch ``[B, L]`` and, with energy conditioning, energy ``[B, L]``
+        (DLE's ``infer`` outputs, in its order)."""
         cfg = self.cfg
         embedded, text_padding = self.encoder.embed(symbols)
         encoded = self.encoder(embedded, text_padding)
@@ -367,13 +406,20 @@ class FastPitch(nn.Module):
         durations = torch.clamp(torch.exp(log_durations) - 1.0, 0.0, cfg.max_duration)
         pitch = self.pitch_predictor(encoded, text_padding)
         encoded = encoded + self.pitch_emb(pitch.unsqueeze(1)).transpose(1, 2)
+        outputs: tuple[Tensor, ...] = (durations, pitch)
+        if self.energy_predictor is not None and self.energy_emb is not None:
+            # As DLE's infer: predicted from the pitch-conditioned encoding, in the training
+            # target's space, log(1 + energy), and embedded as it is.
+            energy = self.energy_predictor(encoded, text_padding)
+            encoded = encoded + self.energy_emb(energy.unsqueeze(1)).transpose(1, 2)
+            outputs = (*outputs, energy)
 
         frames, lengths = regulate_length(encoded, durations, cfg.pace, cfg.max_mel_frames)
         positions = torch.arange(frames.size(1), device=frames.device)
         frame_padding = positions.unsqueeze(0) >= lengths.unsqueeze(1)
         decoded = self.decoder(frames, frame_padding)
         mel = self.proj(decoded).transpose(1, 2)
-        return mel, lengths, durations, pitch
+        return (mel, lengths, *outputs)
 
 
 class FastPitchServing(nn.Module):
@@ -384,9 +430,9 @@ class FastPitchServing(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, symbols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        mel, lengths, durations, pitch = self.model(symbols)
-        return mel, lengths.unsqueeze(1), durations, pitch
+    def forward(self, symbols: Tensor) -> tuple[Tensor, ...]:
+        mel, lengths, *per_symbol = self.model(symbols)
+        return (mel, lengths.unsqueeze(1), *per_symbol)
 
 
 # --- text, data set and metric -----------------------------------------------------------------
@@ -531,6 +577,8 @@ class FastPitchFamily(TorchFamily):
             TensorSpec("OUTPUT__2", "float32", (c.text_length,)),
             TensorSpec("OUTPUT__3", "float32", (c.text_length,)),
         ]
+        if c.energy_conditioning:
+            self.outputs.append(TensorSpec("OUTPUT__4", "float32", (c.text_length,)))
 
     def build(self) -> nn.Module:
         return FastPitch(self.cfg)
@@ -544,26 +592,36 @@ class FastPitchFamily(TorchFamily):
         state = super().init_state(seed)
         return {**state, "config": dict(self.cfg.__dict__)}
 
-    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
-        """A workflow checkpoint (``{"model": …}``) or DLE's FastPitch checkpoint, which keeps
-        its weights under ``state_dict``."""
-        from ..checkpoint import load_checkpoint, resolve_checkpoint_file
-
-        try:
-            return {"model": self.adapt_state_dict(load_checkpoint(path)["model"])}
-        except ValueError as err:
-            if "not a DLE-layout checkpoint" not in str(err):
-                raise
-        data = torch.load(resolve_checkpoint_file(path), map_location="cpu", weights_only=True)
-        if not isinstance(data, dict) or "state_dict" not in data:
-            raise ValueError(f"{path}: neither a 'model' nor a 'state_dict' checkpoint")
-        return {"model": self.adapt_state_dict(data["state_dict"])}
-
     def adapt_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
         """DLE's names minus the ``module.`` prefix of distributed training, and without the
         alignment module of FastPitch 1.1 (``attention.*``), which only training uses."""
         stripped = {k.removeprefix("module."): v for k, v in state.items()}
         return {k: v for k, v in stripped.items() if not k.startswith("attention.")}
+
+    def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module:
+        self.check_energy(checkpoint["model"])
+        return super().serving_module(checkpoint)
+
+    def check_energy(self, state: dict[str, Any]) -> None:
+        """The checkpoint's energy conditioning (FastPitch 1.1's ``energy_predictor.*`` and
+        ``energy_emb.*``) must match ``energy_conditioning``: say which setting fits."""
+        energy = sorted(k for k in state if k.startswith(ENERGY_PREFIXES))
+        on = self.cfg.energy_conditioning
+        if on and not energy:
+            with torch.device("meta"):  # names only: no memory, no initialisation
+                names = self.build().state_dict()
+            expected = sorted(k for k in names if k.startswith(ENERGY_PREFIXES))
+            raise ValueError(
+                "checkpoint has no energy predictor or embedding (FastPitch 1.0, or 1.1 trained "
+                "without --energy-conditioning) but hparams energy_conditioning is true; missing "
+                f"({len(expected)}): {', '.join(expected)}. Set energy_conditioning: false"
+            )
+        if energy and not on:
+            raise ValueError(
+                "checkpoint has FastPitch 1.1's energy conditioning (trained with "
+                "--energy-conditioning) but hparams energy_conditioning is false; unexpected "
+                f"({len(energy)}): {', '.join(energy)}. Set energy_conditioning: true"
+            )
 
     def example_inputs(
         self, batch: int, seed: int, *, full_length: bool = False
