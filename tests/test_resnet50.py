@@ -1,16 +1,24 @@
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 import tensorflow as tf
 
+from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
 from deploybench.export import export_model
 from deploybench.export_tf import convert_savedmodel_to_onnx
-from deploybench.models.resnet50 import ResNet50Family, top_k_accuracy
+from deploybench.models.resnet50 import (
+    ResNet50Family,
+    dle_variable,
+    is_dle_training_state,
+    top_k_accuracy,
+)
 from deploybench.runtime import load_runner
+from tests.dle_fixtures import dle_fixture
 
 SMOKE = {"image_size": 32, "blocks": [1, 1, 1, 1], "width": 8}
 TOLERANCE = {
@@ -275,3 +283,167 @@ def test_dataset_errors_are_clear(smoke, tmp_path):
     (tmp_path / "val.txt").write_text("a.jpg\n")
     with pytest.raises(ValueError, match=r"val.txt:1: expected '<image file> <class id>'"):
         list(smoke.dataset_batches(tmp_path, 2, None))
+
+
+# DLE's TF1 ConvNets variables (tests/fixtures/dle/resnet50-v1.5-tf1.json: listed from DLE's code).
+DLE = dle_fixture("resnet50-v1.5-tf1")
+# A trained DLE checkpoint also holds AMP's dynamic loss scale (TF's DynamicLossScale variables).
+AMP_STATE = {"current_loss_scale": np.float32(32768.0), "good_steps": np.int64(117)}
+
+
+def dle_values(shapes, seed):
+    """The fixture reference's values: float32 normals × 0.1 drawn in sorted-name order, batch
+    norm's gamma around 1 and its moving variance positive (``reference.values``)."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for name in sorted(shapes):
+        x = (rng.standard_normal(shapes[name]) * 0.1).astype(np.float32)
+        leaf = name.rsplit("/", 1)[-1]
+        if leaf == "gamma":
+            x = x + np.float32(1)
+        elif leaf == "moving_variance":
+            x = np.abs(x) + np.float32(1)
+        values[name] = x
+    return values
+
+
+def write_dle_checkpoint(model_dir: Path, variables, step):
+    """``model.ckpt-<step>`` as DLE's estimator saves it: a TF1 Saver (sharded, relative paths
+    in the ``checkpoint`` state file, which names it the latest) with ``global_step``."""
+    v1 = tf.compat.v1
+    model_dir.mkdir(parents=True, exist_ok=True)
+    with tf.Graph().as_default():
+        global_step = v1.train.get_or_create_global_step()
+        saved = {
+            name: v1.Variable(value, name=f"v{i}")
+            for i, (name, value) in enumerate(variables.items())
+        }
+        saver = v1.train.Saver(
+            var_list={**saved, "global_step": global_step}, sharded=True, save_relative_paths=True
+        )
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer())
+            session.run(global_step.assign(step))
+            saver.save(session, str(model_dir / "model.ckpt"), global_step=step)
+
+
+def with_training_state(network):
+    """DLE's training checkpoint: the network, a Momentum slot per trainable variable (the
+    fixture's ``training_only`` names) and AMP's loss scale."""
+    slots = {
+        f"{name}/Momentum": np.full_like(value, 7.0)
+        for name, value in network.items()
+        if f"{name}/Momentum" in DLE["training_only"]
+    }
+    return {**network, **slots, **AMP_STATE}
+
+
+@pytest.fixture(scope="module")
+def dle_model_dir(tmp_path_factory):
+    """A DLE ``--model_dir`` at the reference's smoke size: an older checkpoint (step 500) and
+    the latest (step 1000) holding the reference's values."""
+    ref = DLE["reference"]
+    model_dir = tmp_path_factory.mktemp("dle") / "model_dir"
+    write_dle_checkpoint(model_dir, with_training_state(dle_values(ref["parameters"], 1)), 500)
+    write_dle_checkpoint(
+        model_dir, with_training_state(dle_values(ref["parameters"], ref["seed"])), 1000
+    )
+    return model_dir
+
+
+def test_dle_names_and_shapes_are_the_full_size_networks(full_model):
+    ours = {dle_variable(w.path): list(w.shape) for w in full_model.weights}
+    assert len(DLE["parameters"]) == 267
+    assert ours == DLE["parameters"]
+    assert ours["resnet50/btlnck_block_1_0/bottleneck_2/conv2d/kernel"] == [3, 3, 128, 128]
+    assert full_model.get_layer("stage1_block0_2_conv").get_config()["strides"] == (2, 2)
+    assert len(DLE["training_only"]) == 162  # global_step and 161 Momentum slots
+    assert all(is_dle_training_state(n) for n in [*DLE["training_only"], *AMP_STATE])
+    assert not any(is_dle_training_state(n) for n in DLE["parameters"])
+
+
+def test_dle_checkpoint_gives_dles_outputs(smoke, dle_model_dir, tmp_path):
+    """Every variable of DLE's latest checkpoint lands where its name says: DLE's own forward
+    pass on these weights and inputs (recorded in the fixture) is reproduced."""
+    ref = DLE["reference"]
+    assert ref["hparams"] == SMOKE
+    assert {dle_variable(w.path): list(w.shape) for w in smoke.build().weights} == ref["parameters"]
+    values = dle_values(ref["parameters"], ref["seed"])
+    out = tmp_path / "checkpoint.npz"
+    assert prepare_checkpoint(smoke, str(dle_model_dir), 0, out) == f"checkpoint {dle_model_dir}"
+    written = read_workflow_checkpoint(smoke, out)["model"]
+    assert len(written) == len(values) == 87
+    for path, value in written.items():
+        np.testing.assert_array_equal(value, values[dle_variable(path)], err_msg=path)
+    known = {
+        "stem_conv/kernel": "resnet50/conv2d/conv2d/kernel",
+        "stem_bn/moving_mean": "resnet50/conv2d/BatchNorm/moving_mean",
+        "stage1_block0_2_conv/kernel": "resnet50/btlnck_block_1_0/bottleneck_2/conv2d/kernel",
+        "stage1_block0_3_bn/gamma": "resnet50/btlnck_block_1_0/bottleneck_3/BatchNorm/gamma",
+        "stage2_block0_1_bn/beta": "resnet50/btlnck_block_2_0/bottleneck_1/BatchNorm/beta",
+        "stage2_block0_shortcut_bn/moving_variance": (
+            "resnet50/btlnck_block_2_0/shortcut/conv2d/BatchNorm/moving_variance"
+        ),
+        "stage3_block0_shortcut_conv/kernel": "resnet50/btlnck_block_3_0/shortcut/conv2d/conv2d/kernel",
+        "logits/kernel": "resnet50/output/dense/kernel",
+        "logits/bias": "resnet50/output/dense/bias",
+    }
+    for path, name in known.items():
+        np.testing.assert_array_equal(written[path], values[name], err_msg=path)
+    module = smoke.serving_module(read_workflow_checkpoint(smoke, out))
+    inputs = ref["inputs"]
+    pixels = np.random.default_rng(inputs["seed"]).uniform(0.0, 255.0, size=inputs["shape"])
+    result = smoke.framework_outputs(module, {"input": pixels.astype(np.float32)})
+    assert result["classes"][:, 0].tolist() == ref["output"]["classes"]
+    np.testing.assert_allclose(
+        result["probabilities"], ref["output"]["probabilities"], rtol=1e-5, atol=1e-9
+    )
+
+
+def test_dle_checkpoint_by_prefix_or_index_file(smoke, dle_model_dir):
+    older = dle_values(DLE["reference"]["parameters"], 1)
+    name = "resnet50/btlnck_block_0_0/bottleneck_2/conv2d/kernel"
+    for path in (dle_model_dir / "model.ckpt-500", dle_model_dir / "model.ckpt-500.index"):
+        weights = smoke.read_checkpoint(path)["model"]
+        np.testing.assert_array_equal(weights["stage0_block0_2_conv/kernel"], older[name])
+
+
+def test_dle_checkpoint_of_another_architecture_names_its_keys(dle_model_dir, tmp_path):
+    out = tmp_path / "checkpoint.npz"
+    deeper = ResNet50Family({**SMOKE, "blocks": [1, 1, 2, 1]})
+    with pytest.raises(ValueError) as err:
+        prepare_checkpoint(deeper, str(dle_model_dir), 0, out)
+    assert "does not fit the configured ResNet-50 hyper-parameters" in str(err.value)
+    assert "missing (15): resnet50/btlnck_block_2_1/bottleneck_1/BatchNorm/beta," in str(err.value)
+    wider = ResNet50Family({**SMOKE, "width": 16})
+    with pytest.raises(ValueError) as err:
+        prepare_checkpoint(wider, str(dle_model_dir), 0, out)
+    # 4 × 16 = 64 = the stem's width: the first block's shortcut is an identity, as in DLE.
+    assert "unexpected (5): resnet50/btlnck_block_0_0/shortcut/conv2d/BatchNorm/beta," in str(
+        err.value
+    )
+    assert (
+        "shape checkpoint vs configured (76): "
+        "resnet50/btlnck_block_0_0/bottleneck_1/BatchNorm/beta (8,) vs (16,)"
+    ) in str(err.value)
+    assert not out.exists()
+
+
+def test_dle_checkpoint_with_unknown_variables_or_none_fails_clearly(smoke, tmp_path):
+    ref = DLE["reference"]
+    extra = {
+        **dle_values(ref["parameters"], 0),
+        "resnet50/btlnck_block_0_1/bottleneck_1/conv2d/kernel": np.zeros((1, 1, 32, 8), np.float32),
+    }
+    write_dle_checkpoint(tmp_path / "deeper", with_training_state(extra), 10)
+    with pytest.raises(
+        ValueError, match=r"unexpected \(1\): resnet50/btlnck_block_0_1/bottleneck_1/conv2d/kernel$"
+    ):
+        smoke.read_checkpoint(tmp_path / "deeper")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no TensorFlow checkpoint .*found: none"):
+        smoke.read_checkpoint(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="expected a checkpoint directory"):
+        smoke.read_checkpoint(tmp_path / "empty" / "model.ckpt-1")
+    with pytest.raises(ValueError, match="hold no EMA copy"):
+        smoke.read_checkpoint(tmp_path / "deeper", ema=True)

@@ -147,8 +147,54 @@ class KerasFamily(Family):
         model = self.build()
         return {"model": {w.path: np.asarray(w.numpy()) for w in model.weights}}
 
-    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
-        raise NotImplementedError(f"{type(self).__name__} cannot read source checkpoints")
+    def read_checkpoint(self, path: str | Path, *, ema: bool = False) -> dict[str, Any]:
+        """Every variable of a TensorFlow checkpoint (as ``tf.compat.v1.train.Saver`` and so
+        TF1's estimators write it) under its name there, as arrays; the family maps the names.
+
+        ``path``: a checkpoint directory (the checkpoint its ``checkpoint`` state file names,
+        as an estimator restores ``model_dir``; else its only ``*.index``), a ``model.ckpt-N``
+        prefix, or that prefix's ``.index`` file (an existing path, as the config needs).
+        TensorFlow 2's reader reads TF1's format: no TF1 needed.
+        """
+        import tensorflow as tf
+
+        name = self.name or type(self).__name__
+        if ema:
+            raise ValueError(
+                f"checkpoint_ema is set, but {name}'s TensorFlow checkpoints hold no EMA copy "
+                "of the weights; set checkpoint_ema: false"
+            )
+        given = Path(path)
+        if given.is_dir():
+            prefix = tf.train.latest_checkpoint(str(given))
+            indexes = sorted(given.glob("*.index"))
+            if prefix is None and len(indexes) == 1:
+                prefix = str(indexes[0].with_suffix(""))
+            if prefix is None:
+                found = ", ".join(i.name for i in indexes) or "none"
+                raise FileNotFoundError(
+                    f"{given}: no TensorFlow checkpoint its 'checkpoint' state file names, and "
+                    f"not exactly one *.index (found: {found}); set the path to the "
+                    "model.ckpt-N.index of the one to read"
+                )
+        elif given.suffix == ".index" and given.is_file():
+            prefix = str(given.with_suffix(""))
+        elif Path(f"{given}.index").is_file():
+            prefix = str(given)
+        else:
+            raise FileNotFoundError(
+                f"TensorFlow checkpoint {str(path)!r} not found (expected a checkpoint "
+                "directory, a model.ckpt-N prefix, or its model.ckpt-N.index file)"
+            )
+        try:
+            reader = tf.train.load_checkpoint(prefix)
+            names = sorted(reader.get_variable_to_shape_map())
+            return {"model": {n: np.asarray(reader.get_tensor(n)) for n in names}}
+        except tf.errors.OpError as err:
+            raise ValueError(
+                f"{prefix}: not a readable TensorFlow checkpoint ({type(err).__name__}: "
+                f"{err.message})"
+            ) from err
 
     def serving_module(self, checkpoint: dict[str, Any]) -> Any:
         model = self.build()

@@ -17,10 +17,15 @@ write, so the network itself gives it that dimension.
 
 Class ids are DLE's: its TFRecord reader subtracts one from the 1-based ImageNet label, so class
 ``k`` is the ``k``-th synset in sorted WNID order (0…999) and the 1001st output is never a target.
+
+Checkpoints are DLE's own: the TF1 estimator checkpoint ``main.py --model_dir`` writes (and
+``triton/convert_model.py --model-dir`` reads), with every variable under DLE's name (see
+``dle_variable``), NHWC- or NCHW-trained alike (TF keeps kernels HWIO in both), fp32 or AMP.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,19 +34,32 @@ from typing import Any
 import numpy as np
 
 from ..tensors import TensorSpec
-from .base import Batch, KerasFamily, check_hparams
+from .base import Batch, KerasFamily, _check_weights, check_hparams
 
 # DLE's utils/data_utils.py: per-channel RGB mean and std of ImageNet, in pixel units.
 CHANNEL_MEANS = (123.68, 116.28, 103.53)
 CHANNEL_STDS = (58.395, 57.120, 57.385)
 # DLE's eval pre-processing: shorter side to 256, central 224 crop (scaled with image_size).
 RESIZE_MIN_AT_224 = 256
+# DLE's stem convolution is 64 wide whatever the stage widths (model/resnet.py: n_channels=64).
+STEM_WIDTH = 64
 BN_EPSILON = 1e-5
 BN_MOMENTUM = 0.9
 # Images whose activations set the batch-norm statistics of a seeded initialisation.
 CALIBRATION_BATCH = 8
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 LABEL_FILES = ("val.txt", "labels.txt")
+
+# DLE's TF1 variable names: model/resnet.py builds under the scope "resnet50"; each
+# conv2d_block is a scope holding tf.layers' "conv2d" and tf.contrib.layers.batch_norm's
+# "BatchNorm"; the classifier is tf.layers' "dense" in the scope "output".
+DLE_SCOPE = "resnet50"
+_DLE_BLOCK_LAYER = re.compile(r"stage(\d+)_block(\d+)_(1|2|3|shortcut)")
+# Training state a DLE checkpoint holds beside the network: the estimator's step and the
+# dynamic loss scale of automatic mixed precision (TF's DynamicLossScale) by their last name
+# part, and the Momentum optimiser's slot of each trainable variable (``<variable>/Momentum``).
+DLE_TRAINING_STATE = ("global_step", "current_loss_scale", "good_steps")
+DLE_OPTIMIZER_SLOT = "Momentum"
 
 
 @dataclass(frozen=True)
@@ -121,7 +139,7 @@ def build_resnet50(cfg: ResNet50Config) -> Any:
     mean = np.array(CHANNEL_MEANS, dtype=np.float32)
     std = np.array(CHANNEL_STDS, dtype=np.float32)
     x = layers.Rescaling(1.0 / std, offset=-mean / std, name="normalize")(pixels)
-    x = _conv_bn(x, cfg.width, 7, 2, "stem", relu=True)
+    x = _conv_bn(x, STEM_WIDTH, 7, 2, "stem", relu=True)
     x = layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
     for stage, count in enumerate(cfg.blocks):
         for block in range(count):
@@ -145,6 +163,39 @@ def build_resnet50(cfg: ResNet50Config) -> Any:
         name="classes",
     )(logits)
     return keras.Model(pixels, [classes, probabilities], name="resnet50_v1_5")
+
+
+def dle_variable(path: str) -> str:
+    """The name DLE's TF1 code gives the variable this module keeps at Keras path ``path``.
+
+    ``stem_conv/kernel`` → ``resnet50/conv2d/conv2d/kernel``; ``stage{s}_block{b}_{i}_bn/gamma``
+    → ``resnet50/btlnck_block_{s}_{b}/bottleneck_{i}/BatchNorm/gamma`` (``_shortcut_`` →
+    ``…/shortcut/conv2d/…``); ``logits/kernel`` → ``resnet50/output/dense/kernel``.
+    """
+    layer, _, variable = path.rpartition("/")
+    if layer == "logits":
+        return f"{DLE_SCOPE}/output/dense/{variable}"
+    unit, _, kind = layer.rpartition("_")
+    block = _DLE_BLOCK_LAYER.fullmatch(unit)
+    if unit == "stem":
+        scope = "conv2d"
+    elif block is not None:
+        stage, index, part = block.groups()
+        inner = "shortcut/conv2d" if part == "shortcut" else f"bottleneck_{part}"
+        scope = f"btlnck_block_{stage}_{index}/{inner}"
+    else:
+        raise ValueError(f"Keras weight {path!r} has no counterpart in DLE's ResNet-50")
+    if kind == "conv" and variable == "kernel":
+        return f"{DLE_SCOPE}/{scope}/conv2d/kernel"
+    if kind == "bn":
+        return f"{DLE_SCOPE}/{scope}/BatchNorm/{variable}"
+    raise ValueError(f"Keras weight {path!r} has no counterpart in DLE's ResNet-50")
+
+
+def is_dle_training_state(name: str) -> bool:
+    """Whether DLE checkpoint variable ``name`` is training state, not part of the network."""
+    owner, _, leaf = name.rpartition("/")
+    return leaf in DLE_TRAINING_STATE or (bool(owner) and leaf == DLE_OPTIMIZER_SLOT)
 
 
 class ResNet50Family(KerasFamily):
@@ -182,6 +233,21 @@ class ResNet50Family(KerasFamily):
         model = self.build()
         calibrate_batch_norm(model, self.example_inputs(CALIBRATION_BATCH, seed)["input"])
         return {"model": {w.path: np.asarray(w.numpy()) for w in model.weights}}
+
+    def read_checkpoint(self, path: str | Path, *, ema: bool = False) -> dict[str, Any]:
+        """DLE's TF1 checkpoint (a ``--model_dir`` directory, a ``model.ckpt-N`` prefix or its
+        ``.index``) as Keras weights: training state dropped (``is_dle_training_state``), every
+        other variable renamed by ``dle_variable``. A checkpoint of another architecture fails
+        naming its missing, unexpected and mis-shaped variables in DLE's names."""
+        variables = super().read_checkpoint(path, ema=ema)["model"]
+        weights = {dle_variable(w.path): w for w in self.build().weights}
+        network = {n: v for n, v in variables.items() if not is_dle_training_state(n)}
+        _check_weights(self, weights, network)
+        return {
+            "model": {
+                weights[n].path: np.asarray(v, dtype=weights[n].dtype) for n, v in network.items()
+            }
+        }
 
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
         """Random pixels in 0…255, the range DLE's data loader feeds."""
