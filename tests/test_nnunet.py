@@ -7,6 +7,7 @@ import torch
 from deploybench.checkpoint import (
     load_checkpoint,
     prepare_checkpoint,
+    read_workflow_checkpoint,
     write_seeded_checkpoint,
 )
 from deploybench.export import ExportOptions, export_model, export_torch_onnx
@@ -18,6 +19,8 @@ from deploybench.models.nnunet import (
     validation_cases,
 )
 from deploybench.runtime import load_runner
+from tests.conftest import base_config
+from tests.dle_fixtures import dle_fixture, seeded_values
 
 # A four-level network on 32³ patches: exports in about a second.
 SMOKE = {
@@ -215,8 +218,223 @@ def test_checkpoint_that_does_not_fit_is_rejected(family, tmp_path):
     with pytest.raises(ValueError, match="does not fit the configured nnU-Net"):
         family.serving_module(family.read_checkpoint(tmp_path / "x.ckpt"))
     torch.save({"weights": 1}, tmp_path / "y.ckpt")
-    with pytest.raises(ValueError, match="not a DLE nnU-Net checkpoint"):
+    with pytest.raises(ValueError, match=r"not a nnU-Net checkpoint .*found keys: \['weights'\]"):
         family.read_checkpoint(tmp_path / "y.ckpt")
+
+
+# DLE's nnU-Net checkpoints (tests/fixtures/dle/, listed from DLE's own code; `renamed`: DLE's
+# 2021 UNet names): DLE's current code without and with its 3-D training recipe (deep
+# supervision, channels-last), the seed page's 21.02 UNet, and DLE 21.11-22.03 (MONAI 0.8.0)
+# with deep supervision.
+DLE_CHECKPOINTS = [
+    ("nnunet-3d-task01", False),
+    ("nnunet-3d-task01-deep-supervision", False),
+    ("nnunet-3d-task01-2021", True),
+    ("nnunet-3d-task01-monai080-deep-supervision", False),
+]
+# DLE's Task01 depth (six levels: every fixture name exists) at 1/16 of its widths.
+TINY = {
+    "kernels": [3] * 6,
+    "strides": [1, 2, 2, 2, 2, 2],
+    "filters": [2, 4, 8, 16, 20, 20],
+    "patch_size": [32, 32, 32],
+}
+
+
+def _tiny(shape):
+    """A full-size shape at TINY: channel counts (32…320, and 512/640 where the decoder
+    concatenates two levels) scaled by 1/16; kernels, the 4 modalities and classes and the
+    metric states stay."""
+    return [d // 16 if d >= 32 else d for d in shape]
+
+
+def _dle_to_served(facts, served, renamed):
+    """Where each tensor of DLE's Lightning state dict lands in the served DynUNet (None: not
+    served), stated from the facts: the network is the LightningModule's ``model``; its
+    deep-supervision heads (``deep_supervision_heads.*`` and their ``skip_layers…super_head``
+    aliases) are training-only; DLE's 2021 names are ``_dle_2021_name`` of DynUNet's."""
+    from_2021 = {_dle_2021_name(name): name for name in served}
+    targets = {}
+    for name in facts["parameters"]:
+        network = name.removeprefix("model.")
+        other_member = network == name  # of the LightningModule, e.g. 21.02's Dice states
+        head = network.startswith("deep_supervision_heads.") or ".super_head." in network
+        if other_member or head:
+            targets[name] = None
+        else:
+            targets[name] = from_2021[network] if renamed else network
+    return targets
+
+
+def _dle_state(facts, shapes, seed):
+    """DLE's Lightning state dict with seeded values: its aliases the same tensor as their
+    first name (as DLE's module holds them), its channels-last tensors in that memory order."""
+    state = seeded_values({n: s for n, s in shapes.items() if n not in facts["aliases"]}, seed)
+    for name in facts["channels_last_3d"]:
+        if name in state:
+            state[name] = state[name].to(memory_format=torch.channels_last_3d)
+    for alias, canonical in facts["aliases"].items():
+        state[alias] = state[canonical]
+    return {name: state[name] for name in facts["parameters"]}  # DLE's order
+
+
+def _main_py_namespace(flags):
+    """The ``argparse.Namespace`` DLE's NNUnet saves as hyper-parameters, from main.py flags."""
+    tokens, values = flags.split(), {}
+    for i, token in enumerate(tokens):
+        if token.startswith("--"):
+            following = tokens[i + 1] if i + 1 < len(tokens) else "--"
+            values[token[2:]] = True if following.startswith("--") else following
+    return argparse.Namespace(**values)
+
+
+def _write_lightning_checkpoint(file, state, facts):
+    """A ``.ckpt`` as DLE's ModelCheckpoint saves it: the LightningModule's state dict beside
+    Lightning's bookkeeping and NNUnet's ``save_hyperparameters()`` (main.py's namespace)."""
+    init_args = {"args": _main_py_namespace(facts["main_py_args"]), "triton": False}
+    hparams = {k: init_args.get(k) for k in facts["hyper_parameters"]}
+    file.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "epoch": 0,
+            "global_step": 0,
+            "pytorch-lightning_version": facts["pytorch_lightning"],
+            "state_dict": state,
+            "optimizer_states": [],
+            "lr_schedulers": [],
+            "hyper_parameters": hparams,
+        },
+        file,
+    )
+    return file
+
+
+@pytest.mark.parametrize(("fixture", "renamed"), DLE_CHECKPOINTS)
+def test_dle_names_and_shapes_fit_the_full_size_network(fixture, renamed):
+    facts = dle_fixture(fixture)
+    family = NnUNetFamily(base_config()["models"]["nnunet"]["hparams"])
+    with torch.device("meta"):
+        expected = family.build().state_dict()
+        state = {name: torch.empty(shape) for name, shape in facts["parameters"].items()}
+    for alias, canonical in facts["aliases"].items():
+        state[alias] = state[canonical]
+    targets = _dle_to_served(facts, expected, renamed)
+    # As the Lightning checkpoint holds it, and as the generic reader passes it on (the
+    # LightningModule's `model.` prefix stripped, its other members dropped).
+    network = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    for given in (state, network):
+        adapted = family.adapt_state_dict(given)
+        assert adapted.keys() == expected.keys()
+        assert all(adapted[k].shape == expected[k].shape for k in expected)
+        for name, target in targets.items():
+            assert target is None or adapted[target] is state[name], name
+
+
+def test_dle_recipe_saves_the_deep_supervision_heads_twice():
+    # The issue's four keys: MONAI's DynUNet registers DLE's two heads (deep_supr_num 2)
+    # again inside skip_layers; the recipe's 5-D weights are saved channels-last.
+    facts = dle_fixture("nnunet-3d-task01-deep-supervision")
+    assert {a: c for a, c in facts["aliases"].items() if "super_head" in a} == {
+        f"model.skip_layers.{'next_layer.' * (i + 1)}super_head.conv.conv.{p}": (
+            f"model.deep_supervision_heads.{i}.conv.conv.{p}"
+        )
+        for i in (0, 1)
+        for p in ("weight", "bias")
+    }
+    assert "model.input_block.conv1.conv.weight" in facts["channels_last_3d"]
+
+
+@pytest.mark.parametrize(("fixture", "renamed"), DLE_CHECKPOINTS)
+def test_dle_lightning_checkpoint_lands_every_tensor(fixture, renamed, tmp_path):
+    facts = dle_fixture(fixture)
+    family = NnUNetFamily(TINY)
+    shapes = {name: _tiny(shape) for name, shape in facts["parameters"].items()}
+    state = _dle_state(facts, shapes, seed=7)
+    if renamed:  # the seed page's NGC file, in a folder of its own
+        source = tmp_path / "ngc" / "nvidia_nnunet_pyt_ckpt_amp_3d_fold2.ckpt"
+        _write_lightning_checkpoint(source, state, facts)
+        source = source.parent
+    else:  # DLE's ModelCheckpoint(filename="{epoch}-{dice:.2f}")
+        source = _write_lightning_checkpoint(tmp_path / "epoch=0-dice=0.00.ckpt", state, facts)
+    if facts["channels_last_3d"]:  # the file really holds channels-last strides
+        saved = torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=False)["state_dict"][
+            facts["channels_last_3d"][0]
+        ]
+        assert not saved.is_contiguous()
+        assert saved.is_contiguous(memory_format=torch.channels_last_3d)
+
+    origin = prepare_checkpoint(family, str(source), 0, tmp_path / "out.pt")
+    assert origin == f"checkpoint {source}"
+    written = read_workflow_checkpoint(family, tmp_path / "out.pt")["model"]
+    model = family.serving_module({"model": written}).model
+    served = model.state_dict()
+    targets = _dle_to_served(facts, served, renamed)
+    # Every tensor of the network is given (DynUNet's skip_layers aliases: the same tensors).
+    canonical = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+    assert canonical <= set(targets.values()) <= set(served) | {None}
+    for name, target in targets.items():
+        if target is not None:
+            assert torch.equal(served[target], state[name]), f"{name} → {target}"
+    # The workflow's checkpoint: standard layout, each aliased tensor stored once.
+    assert all(t.is_contiguous() for t in written.values())
+    assert (
+        written["skip_layers.next_layer.downsample.conv1.conv.weight"].data_ptr()
+        == written["downsamples.0.conv1.conv.weight"].data_ptr()
+    )
+
+
+def _dle_dynunet(deep_supervision, res_block=False):
+    """MONAI's DynUNet at the smoke size with the arguments DLE's ``nnunet/nn_unet.py``
+    (729963dd) passes, ``deep_supr_num`` its default 2: DLE's network."""
+    from monai.networks.nets import DynUNet
+
+    strides = [[s] * 3 for s in SMOKE["strides"]]
+    return DynUNet(
+        3, 4, 4, [[k] * 3 for k in SMOKE["kernels"]], strides, strides[1:],
+        filters=SMOKE["filters"], norm_name=("INSTANCE", {"affine": True}),
+        act_name=("leakyrelu", {"inplace": False, "negative_slope": 0.01}),
+        deep_supervision=deep_supervision, deep_supr_num=2, res_block=res_block, trans_bias=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_dle_deep_supervision_network_serves_dles_outputs(channels_last, tmp_path):
+    torch.manual_seed(3)
+    dle = _dle_dynunet(deep_supervision=True)
+    with torch.no_grad():  # every tensor away from its init, so each one matters
+        for p in dle.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    if channels_last:  # DLE's --layout NDHWC
+        dle.to(memory_format=torch.channels_last_3d)
+    state = {f"model.{k}": v for k, v in dle.state_dict().items()}
+    assert sum("super_head" in k for k in state) == 4
+    assert state["model.input_block.conv1.conv.weight"].is_contiguous() != channels_last
+    torch.save({"state_dict": state, "pytorch-lightning_version": "1.7.7"}, tmp_path / "a.ckpt")
+    family = NnUNetFamily({**SMOKE, "output": "logits"})
+    prepare_checkpoint(family, str(tmp_path / "a.ckpt"), 0, tmp_path / "out.pt")
+    served = family.serving_module(read_workflow_checkpoint(family, tmp_path / "out.pt"))
+    x = torch.from_numpy(family.example_inputs(1, seed=4)["INPUT__0"])
+    with torch.no_grad():
+        expected = dle.eval()(x)  # DLE serves in eval mode: the main output only
+        torch.testing.assert_close(served(x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_dle_checkpoint_of_another_architecture_is_rejected_naming_keys(family, tmp_path):
+    # DLE's recipe at Task01's six levels into the four-level smoke network.
+    facts = dle_fixture("nnunet-3d-task01-deep-supervision")
+    shapes = {name: _tiny(shape) for name, shape in facts["parameters"].items()}
+    _write_lightning_checkpoint(tmp_path / "a.ckpt", _dle_state(facts, shapes, 0), facts)
+    with pytest.raises(ValueError, match="does not fit the configured nnU-Net") as err:
+        prepare_checkpoint(family, str(tmp_path / "a.ckpt"), 0, tmp_path / "out.pt")
+    assert "unexpected (" in str(err.value) and "downsamples.2.conv1.conv.weight" in str(err.value)
+    assert "super_head" not in str(err.value)  # training-only heads are not the problem
+    # DLE's --res_block network (UnetResBlock: a third conv and norm per level).
+    res = _dle_dynunet(deep_supervision=False, res_block=True)
+    torch.save({"state_dict": {f"model.{k}": v for k, v in res.state_dict().items()}},
+               tmp_path / "b.ckpt")  # fmt: skip
+    with pytest.raises(ValueError, match=r"unexpected \(\d+\): bottleneck\.conv3\.conv\.weight"):
+        prepare_checkpoint(family, str(tmp_path / "b.ckpt"), 0, tmp_path / "out.pt")
+    assert not (tmp_path / "out.pt").exists()
 
 
 def test_dice_known_answers():

@@ -6,7 +6,9 @@ convolutions to go up, and a 1×1×1 output convolution; deep supervision off (i
 first nnU-Net (April 2021, the one on the seed page) used its own ``models/unet.py`` with the
 same computation under other parameter names; its later versions build this very ``DynUNet``.
 ``adapt_state_dict`` reads both layouts from DLE's PyTorch Lightning checkpoints
-(``{"state_dict": {"model.<name>": tensor, ...}, "hyper_parameters": ...}``).
+(``{"state_dict": {"model.<name>": tensor, ...}, "hyper_parameters": ...}``), trained with or
+without deep supervision (its heads are dropped) and with channels-last weights (DLE's 3-D
+recipe, ``--layout NDHWC``).
 
 The Triton interface is DLE's (``triton/model.py``): one input ``INPUT__0`` float32
 ``[batch, 4, 128, 128, 128]`` (the four MRI modalities of MSD Task01 BrainTumour) and one output
@@ -146,8 +148,21 @@ _DLE_2021_RENAMES = (
     (re.compile(r"^(upsamples\.\d+)\.transp_conv\.(weight|bias)$"), r"\1.transp_conv.conv.\2"),
     (re.compile(r"^output_block\.conv\.(weight|bias)$"), r"output_block.conv.conv.\1"),
 )
-# Training-only heads (deep supervision) that the inference network does not have.
-_TRAINING_ONLY = re.compile(r"^deep_supervision_heads\.")
+# Deep-supervision heads: training-only 1×1×1 output convolutions of the decoder levels below the top.
+# DLE serves without them (its Triton model loads with ``strict=False`` and runs in eval mode,
+# where the heads are unused), and so does this network. They appear as
+# - ``deep_supervision_heads.<i>.*``: DLE's 2021 UNet and MONAI 0.8.0's DynUNet register them
+#   always; MONAI 0.8.1+ (DLE 22.04+) with ``--deep_supervision`` (``deep_supr_num`` of them);
+# - ``skip_layers(.next_layer)+.super_head.*``: with ``--deep_supervision`` MONAI's DynUNet also
+#   registers each head inside its recursive ``skip_layers``, at the level it supervises (the
+#   same tensors again: DLE's recipe saves ``skip_layers.next_layer.super_head.conv.conv.*`` and
+#   ``skip_layers.next_layer.next_layer.super_head.conv.conv.*``).
+# Dropped by name, so that any other unknown key still fails the shape/name check.
+_DEEP_SUPERVISION = re.compile(
+    r"^(deep_supervision_heads\.\d+|skip_layers(\.next_layer)*\.super_head)\."
+)
+# DLE's LightningModule holds the network as ``self.model``; its other members (e.g. the 2021
+# Dice metric's persistent ``dice.n_updates``/``dice.dice``) are not weights of the network.
 _LIGHTNING_PREFIX = "model."
 
 
@@ -168,39 +183,6 @@ def _alias_names(model: nn.Module) -> dict[str, str]:
         if canonical != name:
             aliases[name] = canonical
     return aliases
-
-
-def _checkpoint_file(path: str | Path) -> Path:
-    """A checkpoint file, or the single Lightning ``.ckpt`` (else ``checkpoint.pt``) in a
-    directory."""
-    from ..checkpoint import resolve_checkpoint_file
-
-    p = Path(path)
-    if p.is_dir():
-        ckpts = sorted(p.glob("*.ckpt"))
-        if len(ckpts) == 1:
-            return ckpts[0]
-    return resolve_checkpoint_file(p)
-
-
-def _load_torch_file(file: Path) -> Any:
-    """``torch.load`` that reads Lightning checkpoints (their hyper-parameters pickle an
-    ``argparse.Namespace`` and DLE's own classes) without importing DLE's code."""
-    import pickle
-
-    from ..checkpoint import _LenientPickle
-
-    try:
-        try:
-            return torch.load(file, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:
-            return torch.load(
-                file, map_location="cpu", weights_only=False, pickle_module=_LenientPickle
-            )
-    except Exception as err:
-        raise ValueError(
-            f"{file}: not a readable checkpoint ({type(err).__name__}: {err})"
-        ) from err
 
 
 class NnUNetFamily(TorchFamily):
@@ -228,28 +210,21 @@ class NnUNetFamily(TorchFamily):
     def wrap(self, model: nn.Module) -> nn.Module:
         return NnUNetServing(model, labels=self.cfg.output == "labels")
 
-    def read_checkpoint(self, path: str | Path) -> dict[str, Any]:
-        """DLE's Lightning checkpoint (``state_dict``) or the workflow's layout (``model``)."""
-        file = _checkpoint_file(path)
-        data = _load_torch_file(file)
-        if not isinstance(data, dict) or not ({"state_dict", "model"} & set(data)):
-            raise ValueError(
-                f"{file}: not a DLE nnU-Net checkpoint (a dict with a 'state_dict' or 'model')"
-            )
-        state = data["state_dict"] if "state_dict" in data else data["model"]
-        return {"model": self.adapt_state_dict(state)}
-
     def adapt_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
         """DLE's names → this DynUNet's: drop the Lightning module's ``model.`` prefix (and its
-        other members), rename April-2021 ``UNet`` parameters, drop deep-supervision heads and
-        fill DynUNet's ``skip_layers`` aliases."""
+        other members) if still there, drop the deep-supervision heads, rename April-2021
+        ``UNet`` parameters and fill DynUNet's ``skip_layers`` aliases.
+
+        Weights of DLE's channels-last recipe (``--layout NDHWC``: ``model.to(memory_format=
+        torch.channels_last_3d)``) need nothing here: same names, logical shapes and values,
+        only their strides differ, and the generic reader makes every tensor contiguous."""
         if any(k.startswith(_LIGHTNING_PREFIX) for k in state):
             state = {
                 k[len(_LIGHTNING_PREFIX) :]: v
                 for k, v in state.items()
                 if k.startswith(_LIGHTNING_PREFIX)
             }
-        adapted = {_dynunet_name(k): v for k, v in state.items() if not _TRAINING_ONLY.match(k)}
+        adapted = {_dynunet_name(k): v for k, v in state.items() if not _DEEP_SUPERVISION.match(k)}
         with torch.device("meta"):  # names only: no memory, no draw from the global RNG
             skeleton = self.build()
         for alias, canonical in _alias_names(skeleton).items():
