@@ -231,7 +231,9 @@ def test_dle_split_errors_are_clear(small, dle_split, tmp_path):
     with pytest.raises(ValueError, match="convert to the .npz layout"):
         list(observed.dataset_batches(folder, 2, None))
     (folder / "test.bin").write_bytes(pickle.dumps(print))  # a global no data file names
-    with pytest.raises(ValueError, match="refusing to load builtins.print"):
+    with pytest.raises(
+        ValueError, match="DLE data file .*: refuses to load global 'builtins.print'"
+    ):
         list(small.dataset_batches(folder, 2, None))
     with pytest.raises(FileNotFoundError, match="no TFT test data"):
         list(small.dataset_batches(tmp_path / "nowhere", 2, None))

@@ -5,7 +5,8 @@ how to build it, its checkpoint, deterministic example inputs, and (for the task
 seed page) a data-set reader and the metric. Per-model code lives in one module per model;
 these bases hold what is the same for every model of a framework.
 
-Checkpoints inside the workflow are ``{"model": <weights>}`` written by ``deploybench.checkpoint``.
+Checkpoints inside the workflow are ``{"model": <weights>}`` written by ``deploybench.checkpoint``;
+source checkpoints are read by ``deploybench.checkpoint_io``, which knows nothing of families.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..checkpoint_io import read_state_dict
 from ..tensors import TensorSpec
 
 if TYPE_CHECKING:
@@ -108,14 +110,12 @@ class TorchFamily(Family):
         return {"model": self.build().state_dict()}
 
     def read_checkpoint(self, path: str | Path, *, ema: bool = False) -> dict[str, Any]:
-        from ..checkpoint import read_state_dict
-
         state = read_state_dict(path, ema=ema, model=self.name or type(self).__name__)
         return {"model": self.adapt_state_dict(state)}
 
     def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module:
         model = self.build()
-        _check_weights(self, model.state_dict(), checkpoint["model"])
+        check_weights(self, model.state_dict(), checkpoint["model"])
         model.load_state_dict(checkpoint["model"], strict=True)
         return self.wrap(model).eval()
 
@@ -199,7 +199,7 @@ class KerasFamily(Family):
     def serving_module(self, checkpoint: dict[str, Any]) -> Any:
         model = self.build()
         weights = checkpoint["model"]
-        _check_weights(self, {w.path: w for w in model.weights}, weights)
+        check_weights(self, {w.path: w for w in model.weights}, weights)
         for w in model.weights:
             w.assign(weights[w.path])
         return model
@@ -215,7 +215,7 @@ class KerasFamily(Family):
         return {s.name: np.asarray(t) for s, t in zip(self.outputs, outs, strict=True)}
 
 
-def _check_weights(
+def check_weights(
     family: Family, expected: dict[str, Any], given: dict[str, Any], *, shapes: bool = True
 ) -> None:
     """A short, clear error when a checkpoint does not fit the configured network."""

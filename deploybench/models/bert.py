@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..tensors import TensorSpec
-from .base import Batch, TorchFamily, _check_weights, check_hparams
+from .base import Batch, TorchFamily, check_hparams, check_weights
 
 # BERT-uncased special-token ids (vocab.txt positions of [PAD], [CLS], [SEP]); example inputs use
 # them so that synthetic rows look like real ones.
@@ -504,7 +504,7 @@ class BertFamily(TorchFamily):
         """
         weights = checkpoint["model"]
         model = build_network(self.cfg, initialise=False)
-        _check_weights(self, model.state_dict(), weights)
+        check_weights(self, model.state_dict(), weights)
         model.load_state_dict(weights, strict=True, assign=True)
         model.requires_grad_(False)  # exporters trace it; no autograd graph to keep
         return self.wrap(model).eval()

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..checkpoint_io import torch_load
 from ..tensors import TensorSpec
 from .base import Batch, TorchFamily, check_hparams
 
@@ -506,7 +507,7 @@ def load_mel(path: Path) -> np.ndarray:
     if path.suffix == ".npy":
         mel = np.load(path)
     else:
-        mel = torch.load(path, map_location="cpu", weights_only=True).numpy()
+        mel = torch_load(path, what="mel spectrogram").numpy()
     mel = np.asarray(mel, dtype=np.float32)
     if mel.ndim != 2:
         raise ValueError(f"{path}: expected a [n_mel, frames] mel spectrogram, got {mel.shape}")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..tensors import TensorSpec
-from .base import Batch, KerasFamily, _check_weights, check_hparams
+from .base import Batch, KerasFamily, check_hparams, check_weights
 
 # DLE's utils/data_utils.py: per-channel RGB mean and std of ImageNet, in pixel units.
 CHANNEL_MEANS = (123.68, 116.28, 103.53)
@@ -242,7 +242,7 @@ class ResNet50Family(KerasFamily):
         variables = super().read_checkpoint(path, ema=ema)["model"]
         weights = {dle_variable(w.path): w for w in self.build().weights}
         network = {n: v for n, v in variables.items() if not is_dle_training_state(n)}
-        _check_weights(self, weights, network)
+        check_weights(self, weights, network)
         return {
             "model": {
                 weights[n].path: np.asarray(v, dtype=weights[n].dtype) for n, v in network.items()

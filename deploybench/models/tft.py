@@ -12,12 +12,12 @@ as one zero column) and one output ``target__0`` of shape ``[batch, horizon, qua
 
 The task metric is DLE's normalised quantile risk (P10 / P50 / P90 in its README) on un-scaled
 forecasts; the test data is read from DLE's processed ``test.bin``/``tgt_scalers.bin`` (plain
-pickles, loaded without DLE's code or sklearn) or from a documented ``.npz`` layout.
+pickles, read by ``deploybench.unpickle`` without DLE's code or sklearn, refusing any global
+that could run code) or from a documented ``.npz`` layout.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..tensors import TensorSpec
+from ..unpickle import load_pickle_file
 from .base import Batch, TorchFamily, check_hparams
 
 
@@ -563,7 +564,8 @@ class TFTFamily(TorchFamily):
 
 
 def _plain_config(cfg: TFTConfig) -> dict[str, Any]:
-    """The hyper-parameters as plain types, so the checkpoint loads with ``weights_only``."""
+    """The hyper-parameters as plain types: the checkpoint reader refuses classes of installed
+    code, this package's included."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()}
 
 
@@ -597,6 +599,7 @@ def quantile_risk(
 
 DLE_TEST_FILE = "test.bin"
 DLE_SCALERS_FILE = "tgt_scalers.bin"
+DLE_DATA_FILE = "DLE data file"  # how messages name test.bin / tgt_scalers.bin
 NPZ_TEST_FILE = "test.npz"
 
 
@@ -728,11 +731,11 @@ def read_dle_test_split(folder: Path, cfg: TFTConfig) -> SeriesWindows:
     """DLE's ``test.bin`` (a pickled list of per-series ``[rows, columns]`` arrays, float32 bits
     stored as int32) and ``tgt_scalers.bin`` (sklearn StandardScalers: per series id for
     electricity, one under ``''`` for traffic)."""
-    grouped = _load_dle_pickle(folder / DLE_TEST_FILE)
+    grouped = load_pickle_file(folder / DLE_TEST_FILE, DLE_DATA_FILE)
     scalers_path = folder / DLE_SCALERS_FILE
     if not scalers_path.exists():
         raise FileNotFoundError(f"{scalers_path} is missing; it un-scales the targets")
-    scalers = _load_dle_pickle(scalers_path)
+    scalers = load_pickle_file(scalers_path, DLE_DATA_FILE)
     columns = dle_bin_columns(cfg)
     width = sum(len(c) for c in columns.values())
     series, scales = [], []
@@ -761,54 +764,3 @@ def _target_scale(scalers: Any, series_id: int) -> tuple[float, float]:
     if mean_std is None:
         raise ValueError(f"tgt_scalers.bin has no StandardScaler for series {series_id}")
     return mean_std()
-
-
-class PickledStandardScaler:
-    """The state of a pickled ``sklearn.preprocessing.StandardScaler``, read without sklearn."""
-
-    state: dict[str, Any]
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.state = state
-
-    def mean_std(self) -> tuple[float, float]:
-        """What ``inverse_transform`` applies to the first feature: ``x * std + mean``."""
-        mean, scale = self.state.get("mean_"), self.state.get("scale_")
-        return (
-            float(np.ravel(mean)[0]) if mean is not None else 0.0,
-            float(np.ravel(scale)[0]) if scale is not None else 1.0,
-        )
-
-
-# The globals a DLE data file may name (numpy 1 and 2 spell the array module differently).
-_PICKLE_GLOBALS = frozenset(
-    {
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-        ("collections", "OrderedDict"),
-    }
-)
-
-
-class _DLEUnpickler(pickle.Unpickler):
-    """Resolves only numpy arrays and sklearn's StandardScaler, so loading a data file cannot
-    run arbitrary code, and sklearn need not be installed."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if name == "StandardScaler" and module.startswith("sklearn.preprocessing"):
-            return PickledStandardScaler
-        if (module, name) in _PICKLE_GLOBALS:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a DLE data file")
-
-
-def _load_dle_pickle(path: Path) -> Any:
-    with path.open("rb") as f:
-        try:
-            return _DLEUnpickler(f).load()
-        except (pickle.UnpicklingError, EOFError, ValueError) as err:
-            raise ValueError(f"{path} is not a readable DLE data file: {err}") from err
