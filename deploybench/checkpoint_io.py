@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import CheckpointError, InputNotFound
 from .io import atomic_path
 from .unpickle import UnsafePickleError, pickle_module
 
@@ -46,13 +47,13 @@ def resolve_checkpoint_file(path: str | Path) -> Path:
         if len(candidates) == 1:
             return candidates[0]
         if candidates:
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint directory {str(path)!r} holds {len(candidates)} checkpoints "
                 f"({', '.join(c.name for c in candidates)}): configure one file"
             )
     elif p.is_file():
         return p
-    raise FileNotFoundError(
+    raise InputNotFound(
         f"checkpoint {str(path)!r} not found (expected a file, or a directory holding "
         f"{' or '.join(CHECKPOINT_FILE_NAMES)}, or one *.ckpt or *.pt file, as DLE's training "
         "scripts write them)"
@@ -72,9 +73,9 @@ def torch_load(file: Path, what: str = "checkpoint") -> Any:
     """A file ``torch.save`` wrote (zip or legacy format), on the CPU, through the restricted
     unpickler; ``what`` names the kind of file in messages."""
     if not file.is_file():
-        raise FileNotFoundError(f"{what} {file} not found")
+        raise InputNotFound(f"{what} {file} not found")
     if _is_torchscript_archive(file):
-        raise ValueError(
+        raise CheckpointError(
             f"{what} {file}: a TorchScript archive (torch.jit.save), not a {what}; configure "
             "the file DLE's training script saved"
         )
@@ -90,7 +91,9 @@ def torch_load(file: Path, what: str = "checkpoint") -> Any:
     except UnsafePickleError:
         raise
     except Exception as err:
-        raise ValueError(f"{file}: not a readable {what} ({type(err).__name__}: {err})") from err
+        raise CheckpointError(
+            f"{file}: not a readable {what} ({type(err).__name__}: {err})"
+        ) from err
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -98,7 +101,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     file = resolve_checkpoint_file(path)
     data = torch_load(file)
     if not isinstance(data, dict) or "model" not in data:
-        raise ValueError(f"{file}: not a DLE-layout checkpoint (a dict with a 'model' state dict)")
+        raise CheckpointError(
+            f"{file}: not a DLE-layout checkpoint (a dict with a 'model' state dict)"
+        )
     return data
 
 
@@ -143,7 +148,7 @@ def read_state_dict(path: str | Path, *, ema: bool = False, model: str = "DLE") 
     keys = sorted(map(str, data)) if isinstance(data, dict) else []
     if ema:
         if EMA_STATE_DICT_KEY not in keys:
-            raise ValueError(
+            raise CheckpointError(
                 f"{file}: checkpoint_ema is set but the checkpoint has no {EMA_STATE_DICT_KEY!r} "
                 f"(keys: {keys}); set checkpoint_ema: false to read its weights"
             )
@@ -154,13 +159,13 @@ def read_state_dict(path: str | Path, *, ema: bool = False, model: str = "DLE") 
         key = next((k for k in STATE_DICT_KEYS if k in keys), None)
         if key is None:
             found = f"keys: {keys}" if isinstance(data, dict) else f"a {type(data).__name__}"
-            raise ValueError(
+            raise CheckpointError(
                 f"{file}: not a {model} checkpoint (a dict of weights, or a dict holding them "
                 f"under {' or '.join(map(repr, STATE_DICT_KEYS))}; found {found})"
             )
         state = data[key]
     if not _is_state_dict(state):
-        raise ValueError(f"{file}: the checkpoint's weights are not a state dict of tensors")
+        raise CheckpointError(f"{file}: the checkpoint's weights are not a state dict of tensors")
     if _is_lightning(file, data) and any(k.startswith(LIGHTNING_PREFIX) for k in state):
         state = {
             k.removeprefix(LIGHTNING_PREFIX): v
@@ -195,7 +200,7 @@ def load_arrays(path: str | Path) -> dict[str, Any]:
         with np.load(path, allow_pickle=False) as data:
             return {"model": {name: data[name] for name in data.files}}
     except Exception as err:
-        raise ValueError(
+        raise CheckpointError(
             f"{path}: not a readable checkpoint ({type(err).__name__}: {err})"
         ) from err
 
@@ -214,7 +219,7 @@ def _workflow_io(
     framework: str,
 ) -> tuple[Callable[[dict[str, Any], str | Path], None], Callable[[str | Path], dict[str, Any]]]:
     if framework not in _WORKFLOW_CHECKPOINT_IO:
-        raise ValueError(
+        raise CheckpointError(
             f"no workflow checkpoint format for framework {framework!r}; "
             f"valid: {sorted(_WORKFLOW_CHECKPOINT_IO)}"
         )

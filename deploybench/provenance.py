@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .errors import ArtifactChanged
 from .io import sha256_of
 
 PACKAGES = (
@@ -124,10 +125,6 @@ def container() -> dict[str, Any]:
     from .images import running_image
 
     return running_image()
-
-
-class ArtifactChanged(RuntimeError):
-    """A result differs from what the job that wrote it recorded (truncated, corrupt, replaced)."""
 
 
 def collect(result: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:

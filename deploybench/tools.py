@@ -14,9 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-
-class ToolNotFound(RuntimeError):
-    pass
+from .errors import ToolNotFound
 
 
 def _pytriton_root() -> Path | None:

@@ -35,10 +35,7 @@ from typing import IO, Any, ClassVar, Self, cast
 
 import numpy as np
 
-
-class UnsafePickleError(pickle.UnpicklingError, ValueError):
-    """A pickle names a global that loading it could run, or tries to change one."""
-
+from .errors import UnsafePickleError
 
 # Globals loaded for real: each is a class or function that only builds a value from its
 # arguments, whatever they are (never a module: a module holds callables that run code).

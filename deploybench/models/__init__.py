@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..errors import ConfigError
 from ..tensors import TensorSpec
 from .base import Batch, Family, KerasFamily, TorchFamily
 
@@ -43,7 +44,7 @@ def framework_of(module: str) -> str:
 
 def _check(module: str) -> None:
     if module not in FAMILIES:
-        raise ValueError(f"unknown model module {module!r}; valid: {sorted(FAMILIES)}")
+        raise ConfigError(f"unknown model module {module!r}; valid: {sorted(FAMILIES)}")
 
 
 def load_family(module: str, hparams: dict[str, Any]) -> Family:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..checkpoint_io import read_state_dict
+from ..errors import CheckpointError, ConfigError, InputNotFound
 from ..tensors import TensorSpec
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def check_hparams(config_class: type, values: dict[str, Any], name: str) -> None
     known = {f.name for f in dataclasses.fields(config_class)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ValueError(f"unknown {name} hyper-parameters {unknown}; valid: {sorted(known)}")
+        raise ConfigError(f"unknown {name} hyper-parameters {unknown}; valid: {sorted(known)}")
 
 
 # A batch from a data set: feeds by input name, and the labels the task metric needs.
@@ -160,7 +161,7 @@ class KerasFamily(Family):
 
         name = self.name or type(self).__name__
         if ema:
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint_ema is set, but {name}'s TensorFlow checkpoints hold no EMA copy "
                 "of the weights; set checkpoint_ema: false"
             )
@@ -172,7 +173,7 @@ class KerasFamily(Family):
                 prefix = str(indexes[0].with_suffix(""))
             if prefix is None:
                 found = ", ".join(i.name for i in indexes) or "none"
-                raise FileNotFoundError(
+                raise InputNotFound(
                     f"{given}: no TensorFlow checkpoint its 'checkpoint' state file names, and "
                     f"not exactly one *.index (found: {found}); set the path to the "
                     "model.ckpt-N.index of the one to read"
@@ -182,7 +183,7 @@ class KerasFamily(Family):
         elif Path(f"{given}.index").is_file():
             prefix = str(given)
         else:
-            raise FileNotFoundError(
+            raise InputNotFound(
                 f"TensorFlow checkpoint {str(path)!r} not found (expected a checkpoint "
                 "directory, a model.ckpt-N prefix, or its model.ckpt-N.index file)"
             )
@@ -191,7 +192,7 @@ class KerasFamily(Family):
             names = sorted(reader.get_variable_to_shape_map())
             return {"model": {n: np.asarray(reader.get_tensor(n)) for n in names}}
         except tf.errors.OpError as err:
-            raise ValueError(
+            raise CheckpointError(
                 f"{prefix}: not a readable TensorFlow checkpoint ({type(err).__name__}: "
                 f"{err.message})"
             ) from err
@@ -237,7 +238,7 @@ def check_weights(
     ]
     if problems:
         name = family.name or type(family).__name__
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint does not fit the configured {name} hyper-parameters: "
             + "; ".join(problems)
         )

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ..errors import ConfigError, DataError, InputNotFound
 from ..tensors import TensorSpec
 from .base import Batch, TorchFamily, check_hparams, check_weights
 
@@ -91,22 +92,22 @@ class BertQAConfig:
 
     def __post_init__(self) -> None:
         if self.gelu not in GELU:
-            raise ValueError(f"gelu {self.gelu!r} is not a DLE BERT GELU; valid: {sorted(GELU)}")
+            raise ConfigError(f"gelu {self.gelu!r} is not a DLE BERT GELU; valid: {sorted(GELU)}")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"hidden_size {self.hidden_size} is not divisible by "
                 f"num_attention_heads {self.num_attention_heads}"
             )
         if self.max_seq_length > self.max_position_embeddings:
-            raise ValueError(
+            raise ConfigError(
                 f"max_seq_length {self.max_seq_length} exceeds "
                 f"max_position_embeddings {self.max_position_embeddings}"
             )
         if self.vocab_size <= SEP_ID:
-            raise ValueError(f"vocab_size {self.vocab_size} must hold BERT's special tokens")
+            raise ConfigError(f"vocab_size {self.vocab_size} must hold BERT's special tokens")
         # [CLS] question [SEP] at least one context token [SEP]
         if self.max_seq_length < self.max_query_length + 4:
-            raise ValueError(
+            raise ConfigError(
                 f"max_seq_length {self.max_seq_length} leaves no room for context after a "
                 f"{self.max_query_length}-token question"
             )
@@ -290,7 +291,7 @@ def read_vocab(path: Path) -> dict[str, int]:
     tokens = [t.rstrip("\r") for t in path.read_text(encoding="utf-8").rstrip("\n").split("\n")]
     vocab = {token: i for i, token in enumerate(tokens)}
     if len(vocab) != len(tokens):
-        raise ValueError(f"{path}: repeated word pieces; not a BERT vocabulary")
+        raise DataError(f"{path}: repeated word pieces; not a BERT vocabulary")
     return vocab
 
 
@@ -303,7 +304,7 @@ class SquadFeaturizer:
         self.cfg = cfg
         vocab = read_vocab(vocab_file)
         if len(vocab) > cfg.padded_vocab_size:
-            raise ValueError(
+            raise DataError(
                 f"{vocab_file} has {len(vocab)} tokens but the network's vocabulary has "
                 f"{cfg.padded_vocab_size} (hparams vocab_size)"
             )
@@ -450,7 +451,7 @@ def resolve_squad_dir(path: str | Path) -> tuple[Path, Path]:
     for squad, vocab in ((SQUAD_FILE, VOCAB_FILE), (DLE_SQUAD_FILE, DLE_VOCAB_FILE)):
         if (root / squad).is_file() and (root / vocab).is_file():
             return root / squad, root / vocab
-    raise FileNotFoundError(
+    raise InputNotFound(
         f"SQuAD data not found in {str(path)!r}: expected {SQUAD_FILE} and {VOCAB_FILE} there, "
         f"or DLE's layout {DLE_SQUAD_FILE} and {DLE_VOCAB_FILE}"
     )

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..checkpoint_io import torch_load
+from ..errors import CheckpointError, ConfigError, DataError, InputNotFound
 from ..tensors import TensorSpec
 from .base import Batch, TorchFamily, check_hparams
 
@@ -132,20 +133,20 @@ class FastPitchConfig:
             )
         d = self.symbols_embedding_dim
         if self.in_fft_output_size != d or self.out_fft_output_size != d:
-            raise ValueError(
+            raise ConfigError(
                 "in_fft_output_size and out_fft_output_size must equal symbols_embedding_dim "
                 f"({d}): the FFT blocks are residual"
             )
         if d % 2:
-            raise ValueError(f"symbols_embedding_dim must be even (sin/cos halves), got {d}")
+            raise ConfigError(f"symbols_embedding_dim must be even (sin/cos halves), got {d}")
         kernels = {
             k: getattr(self, k) for k in self.__dataclass_fields__ if k.endswith("kernel_size")
         }
         even = sorted(k for k, v in kernels.items() if v % 2 == 0)
         if even:
-            raise ValueError(f"kernel sizes must be odd to keep the length: {even}")
+            raise ConfigError(f"kernel sizes must be odd to keep the length: {even}")
         if self.n_symbols <= self.padding_idx:
-            raise ValueError("padding_idx must be a valid symbol id")
+            raise ConfigError("padding_idx must be a valid symbol id")
 
 
 # --- building blocks ---------------------------------------------------------------------------
@@ -472,7 +473,7 @@ def find_filelist(path: Path) -> Path:
     candidates = sorted((path / "filelists").glob("*.txt"))
     if len(candidates) != 1:
         found = ", ".join(c.name for c in candidates) or "none"
-        raise FileNotFoundError(
+        raise InputNotFound(
             f"{path}: expected a filelist file, {path}/filelist.txt or exactly one "
             f"{path}/filelists/*.txt (found: {found})"
         )
@@ -510,7 +511,7 @@ def load_mel(path: Path) -> np.ndarray:
         mel = torch_load(path, what="mel spectrogram").numpy()
     mel = np.asarray(mel, dtype=np.float32)
     if mel.ndim != 2:
-        raise ValueError(f"{path}: expected a [n_mel, frames] mel spectrogram, got {mel.shape}")
+        raise DataError(f"{path}: expected a [n_mel, frames] mel spectrogram, got {mel.shape}")
     return mel
 
 
@@ -612,13 +613,13 @@ class FastPitchFamily(TorchFamily):
             with torch.device("meta"):  # names only: no memory, no initialisation
                 names = self.build().state_dict()
             expected = sorted(k for k in names if k.startswith(ENERGY_PREFIXES))
-            raise ValueError(
+            raise CheckpointError(
                 "checkpoint has no energy predictor or embedding (FastPitch 1.0, or 1.1 trained "
                 "without --energy-conditioning) but hparams energy_conditioning is true; missing "
                 f"({len(expected)}): {', '.join(expected)}. Set energy_conditioning: false"
             )
         if energy and not on:
-            raise ValueError(
+            raise CheckpointError(
                 "checkpoint has FastPitch 1.1's energy conditioning (trained with "
                 "--energy-conditioning) but hparams energy_conditioning is false; unexpected "
                 f"({len(energy)}): {', '.join(energy)}. Set energy_conditioning: true"

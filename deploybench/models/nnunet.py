@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..errors import ConfigError, DataError, InputNotFound
 from ..tensors import TensorSpec
 from .base import Batch, TorchFamily, check_hparams
 
@@ -46,7 +47,7 @@ def _triple(value: int | Sequence[int], what: str) -> Triple:
         return (value, value, value)
     items = tuple(int(v) for v in value)
     if len(items) != 3:
-        raise ValueError(f"{what}: expected an int or three ints per level, got {list(value)}")
+        raise ConfigError(f"{what}: expected an int or three ints per level, got {list(value)}")
     return (items[0], items[1], items[2])
 
 
@@ -77,21 +78,21 @@ class NnUNetConfig:
     def _validate(self) -> None:
         levels = {len(self.kernels), len(self.strides), len(self.filters)}
         if len(levels) != 1:
-            raise ValueError(
+            raise ConfigError(
                 "kernels, strides and filters need one entry per level; got "
                 f"{len(self.kernels)}, {len(self.strides)}, {len(self.filters)}"
             )
         if len(self.filters) < 2:
-            raise ValueError("nnU-Net needs at least two levels")
+            raise ConfigError("nnU-Net needs at least two levels")
         if self.norm_name not in NORMS:
-            raise ValueError(f"norm_name {self.norm_name!r} is not one of {list(NORMS)}")
+            raise ConfigError(f"norm_name {self.norm_name!r} is not one of {list(NORMS)}")
         if self.output not in OUTPUTS:
-            raise ValueError(f"output {self.output!r} is not one of {list(OUTPUTS)}")
+            raise ConfigError(f"output {self.output!r} is not one of {list(OUTPUTS)}")
         if self.out_channels < 2:
-            raise ValueError("out_channels counts the background too; it must be at least 2")
+            raise ConfigError("out_channels counts the background too; it must be at least 2")
         total = np.prod(np.array(self.strides), axis=0)
         if any(p % int(t) for p, t in zip(self.patch_size, total, strict=True)):
-            raise ValueError(
+            raise ConfigError(
                 f"patch_size {list(self.patch_size)} is not divisible by the total stride "
                 f"{total.tolist()}"
             )
@@ -261,7 +262,7 @@ class NnUNetFamily(TorchFamily):
     def _read_image(self, file: Path) -> np.ndarray:
         image = np.load(file, mmap_mode="r")
         if image.ndim != 4 or image.shape[0] != self.cfg.in_channels:
-            raise ValueError(
+            raise DataError(
                 f"{file}: expected an image [{self.cfg.in_channels}, D, H, W], got "
                 f"{list(image.shape)}"
             )
@@ -270,7 +271,7 @@ class NnUNetFamily(TorchFamily):
     def _read_label(self, file: Path) -> np.ndarray:
         label = np.load(file, mmap_mode="r")
         if label.ndim != 4 or label.shape[0] != 1:
-            raise ValueError(f"{file}: expected a label map [1, D, H, W], got {list(label.shape)}")
+            raise DataError(f"{file}: expected a label map [1, D, H, W], got {list(label.shape)}")
         return _crop_or_pad(label, self.cfg.patch_size)[0].astype(np.int64)
 
     def task_metric(
@@ -316,7 +317,7 @@ def validation_cases(
     fewer cases than folds (a tiny sample), every case."""
     images = sorted(folder.glob("*_x.npy"))
     if not images:
-        raise FileNotFoundError(
+        raise InputNotFound(
             f"no pre-processed nnU-Net cases (*_x.npy) in {str(folder)!r}; expected DLE's "
             "preprocess.py output (e.g. <data>/01_3d)"
         )
@@ -324,7 +325,7 @@ def validation_cases(
     for image in images:
         label = image.with_name(image.name[: -len("_x.npy")] + "_y.npy")
         if not label.is_file():
-            raise FileNotFoundError(f"{image} has no label file {label.name}")
+            raise InputNotFound(f"{image} has no label file {label.name}")
         pairs.append((image, label))
     if len(pairs) < n_splits:
         return pairs

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DataError, InputNotFound
 from ..tensors import TensorSpec
 from .base import Batch, KerasFamily, check_hparams, check_weights
 
@@ -334,7 +335,7 @@ def read_imagenet(path: str | Path, image_size: int) -> Iterator[tuple[np.ndarra
     """
     root = Path(path)
     if not root.is_dir():
-        raise FileNotFoundError(f"ImageNet validation folder {str(root)!r} not found")
+        raise InputNotFound(f"ImageNet validation folder {str(root)!r} not found")
     label_file = next((root / n for n in LABEL_FILES if (root / n).is_file()), None)
     records = sorted(root.glob("validation-*"))
     if label_file is not None:
@@ -348,7 +349,7 @@ def read_imagenet(path: str | Path, image_size: int) -> Iterator[tuple[np.ndarra
         found = True
         yield _preprocess(encoded, image_size), label
     if not found:
-        raise ValueError(
+        raise DataError(
             f"no images under {root}: expected {' or '.join(LABEL_FILES)}, validation-* "
             "TFRecords, or one folder per class id"
         )
@@ -360,7 +361,7 @@ def _listed_images(root: Path, label_file: Path) -> Iterator[tuple[bytes, int]]:
             continue
         parts = line.rsplit(maxsplit=1)
         if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-            raise ValueError(f"{label_file}:{number}: expected '<image file> <class id>'")
+            raise DataError(f"{label_file}:{number}: expected '<image file> <class id>'")
         yield (root / parts[0]).read_bytes(), int(parts[1])
 
 

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import ConfigError, DataError, InputNotFound
 from ..tensors import TensorSpec
 from ..unpickle import load_pickle_file
 from .base import Batch, TorchFamily, check_hparams
@@ -254,7 +255,7 @@ class InterpretableMultiHeadAttention(nn.Module):
     def __init__(self, cfg: TFTConfig) -> None:
         super().__init__()
         if cfg.hidden_size % cfg.n_head:
-            raise ValueError(
+            raise ConfigError(
                 f"hidden_size {cfg.hidden_size} is not divisible by n_head {cfg.n_head}"
             )
         self.n_head = cfg.n_head
@@ -546,10 +547,10 @@ class TFTFamily(TorchFamily):
                 feeds[spec.name] = np.zeros((n, 1), dtype=spec.dtype)
                 continue
             if group not in groups:
-                raise ValueError(f"the data set has no {group!r} inputs, which the model needs")
+                raise DataError(f"the data set has no {group!r} inputs, which the model needs")
             values = np.ascontiguousarray(groups[group], dtype=spec.dtype)
             if values.shape != (n, *spec.shape):
-                raise ValueError(
+                raise DataError(
                     f"data-set group {group!r} has shape {values.shape[1:]} per example; "
                     f"the configured model expects {spec.shape}"
                 )
@@ -620,7 +621,7 @@ def open_test_examples(path: Path, cfg: TFTConfig) -> ExampleSource:
     npz = path / NPZ_TEST_FILE if path.is_dir() else path
     if npz.suffix == ".npz" and npz.is_file():
         return read_npz_examples(npz)
-    raise FileNotFoundError(
+    raise InputNotFound(
         f"no TFT test data at {path}: expected DLE's processed directory with "
         f"{DLE_TEST_FILE} and {DLE_SCALERS_FILE}, or a {NPZ_TEST_FILE} file"
     )
@@ -653,14 +654,14 @@ def read_npz_examples(path: Path) -> StoredExamples:
     with np.load(path, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
     if "target_scale" not in arrays or "target" not in arrays:
-        raise ValueError(f"{path} lacks 'target' or 'target_scale'; holds {sorted(arrays)}")
+        raise DataError(f"{path} lacks 'target' or 'target_scale'; holds {sorted(arrays)}")
     scale = arrays.pop("target_scale")
     unknown = sorted(set(arrays) - set(INPUT_GROUPS))
     if unknown:
-        raise ValueError(f"{path} holds unknown arrays {unknown}; valid: {list(INPUT_GROUPS)}")
+        raise DataError(f"{path} holds unknown arrays {unknown}; valid: {list(INPUT_GROUPS)}")
     wrong = {k: v.shape for k, v in arrays.items() if v.ndim != 3 or len(v) != len(scale)}
     if scale.shape != (len(scale), 2) or wrong:
-        raise ValueError(
+        raise DataError(
             f"{path}: target_scale must be [N, 2] and every group [N, T, width]; "
             f"got target_scale {scale.shape}, mismatched {wrong}"
         )
@@ -712,7 +713,7 @@ def dle_bin_columns(cfg: TFTConfig) -> dict[str, list[int]]:
         or cfg.temporal_observed_continuous_inp_size
     )
     if others:
-        raise ValueError(
+        raise DataError(
             "DLE's test.bin column order is known only for the electricity/traffic features "
             "(id, time, target, known continuous, static categorical); convert to the .npz layout"
         )
@@ -734,7 +735,7 @@ def read_dle_test_split(folder: Path, cfg: TFTConfig) -> SeriesWindows:
     grouped = load_pickle_file(folder / DLE_TEST_FILE, DLE_DATA_FILE)
     scalers_path = folder / DLE_SCALERS_FILE
     if not scalers_path.exists():
-        raise FileNotFoundError(f"{scalers_path} is missing; it un-scales the targets")
+        raise InputNotFound(f"{scalers_path} is missing; it un-scales the targets")
     scalers = load_pickle_file(scalers_path, DLE_DATA_FILE)
     columns = dle_bin_columns(cfg)
     width = sum(len(c) for c in columns.values())
@@ -742,7 +743,7 @@ def read_dle_test_split(folder: Path, cfg: TFTConfig) -> SeriesWindows:
     for rows in grouped:
         rows = np.asarray(rows)
         if rows.ndim != 2 or rows.shape[1] != width or rows.dtype.itemsize != 4:
-            raise ValueError(
+            raise DataError(
                 f"{folder / DLE_TEST_FILE}: series of shape {rows.shape} ({rows.dtype}); "
                 f"these hyper-parameters need {width} 4-byte columns"
             )
@@ -762,5 +763,5 @@ def _target_scale(scalers: Any, series_id: int) -> tuple[float, float]:
     scaler = scalers.get("", scalers.get(series_id)) if isinstance(scalers, dict) else None
     mean_std = getattr(scaler, "mean_std", None)
     if mean_std is None:
-        raise ValueError(f"tgt_scalers.bin has no StandardScaler for series {series_id}")
+        raise DataError(f"tgt_scalers.bin has no StandardScaler for series {series_id}")
     return mean_std()

@@ -1,0 +1,65 @@
+"""Every error deploybench raises on purpose, in one hierarchy (as ``requests.exceptions``).
+
+Catch ``DeploybenchError`` for any of them. Each also derives from the built-in exception its
+callers caught before there was a hierarchy (``ValueError`` for bad input, ``RuntimeError`` for
+a failed step), so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+
+class DeploybenchError(Exception):
+    """Base class of every error deploybench raises on purpose."""
+
+
+# --- bad input: config values, checkpoints, data files --------------------------------------
+
+
+class ConfigError(DeploybenchError, ValueError):
+    """A run or config value that the workflow cannot honour."""
+
+
+class CheckpointError(DeploybenchError, ValueError):
+    """A checkpoint that cannot be read, or does not fit the configured network."""
+
+
+class UnsafePickleError(CheckpointError, pickle.UnpicklingError):
+    """A pickle names a global that loading it could run, or tries to change one."""
+
+
+# --- a step that failed ---------------------------------------------------------------------
+
+
+class AccuracyError(DeploybenchError):
+    """The served model does not match the framework within tolerance, or misses its task
+    metric's threshold."""
+
+
+class PerfError(DeploybenchError, RuntimeError):
+    """perf_analyzer failed for a reason other than an unstable measurement."""
+
+
+class ServerError(DeploybenchError, RuntimeError):
+    """The server could not be started or made ready."""
+
+
+class ToolNotFound(DeploybenchError, RuntimeError):
+    """An executable the step needs (tritonserver, perf_analyzer, trtexec) is not installed."""
+
+
+class NeedsGPU(DeploybenchError, RuntimeError):
+    """The step must run on a GPU node (e.g. submitted with ``--profile profiles/slurm``)."""
+
+
+class ArtifactChanged(DeploybenchError, RuntimeError):
+    """A result differs from what the job that wrote it recorded (truncated, corrupt, replaced)."""
+
+
+class DataError(DeploybenchError, ValueError):
+    """A task data set (DLE's pre-processed files) that cannot be read as its model needs."""
+
+
+class InputNotFound(DeploybenchError, FileNotFoundError):
+    """A configured input (checkpoint, data set, one of its files) does not exist."""
