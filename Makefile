@@ -1,5 +1,5 @@
 # Entry points. `make demo`: set up from nothing and run the main job on the embedded default;
-# `make test`: set up and run the test suite (what CI runs).
+# `make test`: set up, lint, and run the test suite (what CI runs: .ci/run).
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
@@ -15,14 +15,17 @@ demo: setup
 	$(VENV)/bin/snakemake --profile profiles/local
 
 # envs/slurm.sh: Debian's SLURM and munge for the tests' one-node cluster (tests/test_slurm.py)
-test: setup
+test: setup lint
 	bash envs/slurm.sh
 	$(VENV)/bin/pytest -ra --durations=25
 
+# Style and types; any finding fails (and so fails `make test` and CI before the tests run).
 lint: setup
 	$(VENV)/bin/snakemake --lint
 	$(VENV)/bin/snakefmt --check Snakefile rules
 	$(VENV)/bin/ruff check deploybench scripts tests benchmarks
+	$(VENV)/bin/ruff format --check deploybench scripts tests benchmarks
+	$(VENV)/bin/mypy deploybench
 
 clean:
 	rm -rf results logs .snakemake

@@ -11,7 +11,6 @@ DLE's tensor names.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -22,11 +21,11 @@ from typing import Any
 
 from .export import Exporter, ExportOptions
 from .models import Family
+from .process import die_with_parent
 
 SERVING_SIGNATURE = "serving_default"
 # How much of tf2onnx's stderr an error message carries.
 STDERR_TAIL_CHARS = 3000
-_PR_SET_PDEATHSIG = 1
 
 
 def serving_function(module: Any, family: Family) -> Any:
@@ -104,25 +103,13 @@ def convert_savedmodel_to_onnx(savedmodel: Path, out: Path, opset: int) -> None:
         text=True,
         env=env,
         check=False,
-        preexec_fn=_die_with_parent(),  # the child only calls prctl
+        preexec_fn=die_with_parent(signal.SIGKILL),  # the child only calls prctl
     )
     if result.returncode != 0 or not out.is_file():
         tail = result.stderr[-STDERR_TAIL_CHARS:].strip()
         raise RuntimeError(
             f"tf2onnx failed (exit status {result.returncode}) converting {savedmodel}:\n{tail}"
         )
-
-
-def _die_with_parent() -> Any:
-    """A pre-exec hook: the kernel kills the child if this job dies first (a SIGKILL leaves
-    no chance to stop it otherwise). libc is looked up here, in the parent: between fork and
-    exec, with TensorFlow's threads around, the child must do no more than the call."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-    return hook
 
 
 TF_EXPORTERS: dict[tuple[str, str], Exporter] = {

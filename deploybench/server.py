@@ -9,7 +9,6 @@ exception, so ``with TritonServer(...)`` blocks unwind and stop the server on it
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -27,16 +26,13 @@ from types import FrameType, TracebackType
 from typing import Self
 
 from . import tools
+from .errors import ServerError
+from .process import die_with_parent
 
 log = logging.getLogger(__name__)
 
 PORT_IN_USE_MARKERS = ("address already in use", "failed to start", "socket bind failed")
-_PR_SET_PDEATHSIG = 1
 SHM_DIR = Path("/dev/shm")  # POSIX shared memory: machine-wide, shared with containers
-
-
-class ServerError(RuntimeError):
-    """The server could not be started or made ready."""
 
 
 class Terminated(SystemExit):
@@ -56,11 +52,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @contextlib.contextmanager
@@ -144,7 +135,7 @@ class TritonServer:
                     stdin=subprocess.DEVNULL,
                     env=tools.server_environment(),
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads yet; only prctl
+                    preexec_fn=die_with_parent(signal.SIGTERM),  # noqa: PLW1509 - the child only calls prctl
                 )
             try:
                 self._wait_ready()
