@@ -24,7 +24,6 @@ Build the runs' repositories first, e.g.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import statistics
 import sys
@@ -33,13 +32,16 @@ import time
 from pathlib import Path
 
 import yaml
+from snakemake.utils import validate
 
 from deploybench import perf
 from deploybench.accuracy import served_feeds, served_inputs
 from deploybench.config import resolve
 from deploybench.models import load_family
+from deploybench.plan import plan_run
 from deploybench.runtime import load_runner, threads_per_instance
 from deploybench.server import TritonServer, graceful_signals
+from deploybench.triton_config import read_config, to_pbtxt
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = ("tft", "bert", "nnunet", "resnet50", "fastpitch")
@@ -47,23 +49,18 @@ MODELS = ("tft", "bert", "nnunet", "resnet50", "fastpitch")
 
 def parameters(config_pbtxt: Path) -> dict[str, str]:
     """The python backend's string parameters (runtime, artifact, intra_op_threads)."""
-    text = config_pbtxt.read_text()
-    return dict(re.findall(r'key: "(\w+)" value: \{ string_value: "([^"]*)" \}', text))
+    config = read_config(config_pbtxt)
+    return {key: value.string_value for key, value in config.parameters.items()}
 
 
 def with_threads(repository: Path, threads: int, into: Path) -> Path:
     """A copy of ``repository`` serving with ``threads`` runtime threads."""
     copy = into / "repository"
     shutil.copytree(repository, copy)
-    for config in copy.glob("*/config.pbtxt"):
-        text = config.read_text()
-        config.write_text(
-            re.sub(
-                r'(key: "intra_op_threads" value: \{ string_value: )"\d+"',
-                rf'\1"{threads}"',
-                text,
-            )
-        )
+    for path in copy.glob("*/config.pbtxt"):
+        config = read_config(path)
+        config.parameters["intra_op_threads"].string_value = str(threads)
+        path.write_text(to_pbtxt(config))
     return copy
 
 
@@ -83,15 +80,13 @@ def cv(values: list[float]) -> float:
 
 def benchmark(model: str, run_dir: Path, rounds: int, threads: int | None) -> dict[str, object]:
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    validate(config, str(REPO / "config" / "schema" / "config.schema.yaml"))  # defaults, as run
     fields = run_dir.parts[-4:]  # model/gpu/format/precision
     run = resolve(config, *fields)
-    batch = max(run.settings["perf"]["offline"]["batch_sizes"])
-    measure = {
-        k: v
-        for k, v in run.settings["perf"].items()
-        if k in perf.MeasureSettings.__dataclass_fields__
-    }
-    settings = perf.MeasureSettings(**measure)
+    # the offline job's largest point, measured with the offline job's settings
+    offline = plan_run(config, *fields).spec("offline")
+    batch = max(p["batch"] for p in offline["points"])
+    settings = perf.MeasureSettings(**offline["measure"])
     family = load_family(run.settings["module"], run.settings["hparams"])
     with tempfile.TemporaryDirectory(prefix="deploybench-bench-") as tmp:
         repository = run_dir / "repository"
@@ -100,8 +95,7 @@ def benchmark(model: str, run_dir: Path, rounds: int, threads: int | None) -> di
         params = parameters(repository / model / "config.pbtxt")
         # the thread count each served instance runs with (see triton_model.py)
         instances = sum(
-            int(n)
-            for n in re.findall(r"count: (\d+)", (repository / model / "config.pbtxt").read_text())
+            g.count for g in read_config(repository / model / "config.pbtxt").instance_group
         )
         threads_used = threads_per_instance(int(params["intra_op_threads"]), instances or 1)
         runner = load_runner(

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .errors import AccuracyError
+
 if TYPE_CHECKING:
     from .models import Family
 
@@ -47,10 +49,6 @@ TASK_COLUMNS = [
     "dataset",
     "note",
 ]
-
-
-class AccuracyError(AssertionError):
-    """The served model does not match the framework within tolerance."""
 
 
 def compare_outputs(

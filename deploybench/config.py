@@ -15,9 +15,7 @@ from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A run or config value that the workflow cannot honour."""
+from .errors import ConfigError
 
 
 def _choose(kind: str, value: str, valid: list[str] | dict[str, Any], context: str = "") -> None:

@@ -7,8 +7,9 @@ without one they stop with :class:`NeedsGPU` before doing anything, naming what 
 run. ``onnx-fp16`` (float16 weights and compute, float32 inputs and outputs) needs no GPU.
 
 Every setting is data (``models.<m>.convert.<converter>`` in the config, resolved and checked by
-:func:`conversion_settings` while the DAG is built); the command lines and converter parameters
-are built by pure functions so they can be checked without a GPU.
+:func:`deploybench.plan.conversion_settings` while the DAG is built) and reaches
+:func:`convert` as it is; the command lines and converter parameters are built by pure functions
+so they can be checked without a GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError, Run
+from .config import ConfigError
+from .errors import NeedsGPU
 from .io import atomic_path
 from .provenance import package_versions
 from .tensors import TensorSpec
@@ -32,23 +34,9 @@ CONVERTERS = ("tensorrt", "onnx-fp16", "torchscript-fp16", "tf-trt")
 NEEDS_GPU = frozenset({"tensorrt", "torchscript-fp16", "tf-trt"})
 MIB = 2**20
 
-# Per converter: settings that have a default (anything else under `convert.<converter>` in the
-# config is required or optional as the schema says). TensorRT's batch defaults come from Triton.
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "tensorrt": {"min_batch": 1, "shapes": {}},
-    "tf-trt": {"minimum_segment_size": 3, "maximum_cached_engines": 1},
-    "onnx-fp16": {"op_block_list": []},
-    "torchscript-fp16": {},
-}
-REQUIRED = {"tensorrt": ("workspace_mb",), "tf-trt": ("workspace_mb",)}
-
 # A TensorRT optimisation profile: per input, the full (batch-first) min/opt/max shapes.
 Profile = dict[str, dict[str, tuple[int, ...]]]
 PROFILE_KEYS = ("min", "opt", "max")
-
-
-class NeedsGPU(RuntimeError):
-    """The step must run on a GPU node (e.g. submitted with ``--profile profiles/slurm``)."""
 
 
 def gpu_visible() -> bool:
@@ -57,54 +45,7 @@ def gpu_visible() -> bool:
     return shutil.which("nvidia-smi") is not None and Path("/dev/nvidiactl").exists()
 
 
-# ---------------------------------------------------------------------------- settings
-
-
-def conversion_settings(run: Run) -> dict[str, Any]:
-    """The run's converter settings with defaults filled in, checked (DAG time); {} if none."""
-    converter = run.converter
-    if converter is None:
-        return {}
-    if converter not in CONVERTERS:
-        raise ConfigError(
-            f"unknown converter {converter!r} for {run.path}; valid choices: {', '.join(CONVERTERS)}"
-        )
-    where = f"models.{run.model}.convert.{converter}"
-    given = (run.settings.get("convert") or {}).get(converter) or {}
-    missing = [k for k in REQUIRED.get(converter, ()) if k not in given]
-    if missing:
-        raise ConfigError(
-            f"{where}.{missing[0]} is not set; format {run.format!r} at {run.precision} is made "
-            f"by converter {converter!r}, which needs {', '.join(REQUIRED[converter])}"
-        )
-    settings = {**DEFAULTS[converter], **given}
-    max_served = int(run.settings["triton"]["max_batch_size"])
-    if converter in ("tensorrt", "tf-trt"):
-        settings.setdefault("max_batch", max_served)
-    if converter == "tensorrt":
-        settings.setdefault("opt_batch", settings["max_batch"])
-        _check_batches(settings, max_served, where)
-    if converter == "tf-trt" and int(settings["max_batch"]) < max_served:
-        raise ConfigError(
-            f"{where}.max_batch {settings['max_batch']} is below triton.max_batch_size "
-            f"{max_served}: the engines would not take the batches Triton sends"
-        )
-    return settings
-
-
-def _check_batches(settings: dict[str, Any], max_served: int, where: str) -> None:
-    lo, opt, hi = (int(settings[k]) for k in ("min_batch", "opt_batch", "max_batch"))
-    if not 1 <= lo <= opt <= hi:
-        raise ConfigError(
-            f"{where}: the batch profile must have 1 <= min_batch <= opt_batch <= max_batch; "
-            f"got min_batch {lo}, opt_batch {opt}, max_batch {hi}"
-        )
-    # Triton sends any batch from 1 to max_batch_size: the engine must take all of them.
-    if lo > 1 or hi < max_served:
-        raise ConfigError(
-            f"{where}: the profile's batches {lo}..{hi} do not cover the batches 1.."
-            f"{max_served} Triton sends (triton.max_batch_size)"
-        )
+# ---------------------------------------------------------------------------- TensorRT profile
 
 
 def tensorrt_profile(inputs: list[TensorSpec], settings: Mapping[str, Any]) -> Profile:

@@ -1,4 +1,9 @@
-"""One function per workflow step; ``scripts/`` call these with the rule's inputs and params.
+"""One function per workflow step, and the entry point every rule's script calls.
+
+A rule passes its job one spec (``params: spec=``, from :mod:`deploybench.plan`) and names its
+files; :func:`run_rule` calls the rule's job (:data:`JOBS`) with the spec and, by name, the
+files and the workflow config its signature takes. So each setting is named once in the plan and
+once in the job that reads it, and each file once in its rule and once in its job.
 
 Each step writes its outputs whole (or not at all) and a provenance sidecar beside each result.
 """
@@ -6,15 +11,29 @@ Each step writes its outputs whole (or not at all) and a provenance sidecar besi
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import provenance
+from . import provenance as sidecar
 from .io import write_csv, write_json, write_text
 from .models import load_family
+
+if TYPE_CHECKING:
+    from .plan import (
+        AccuracySpec,
+        CheckpointSpec,
+        ConvertSpec,
+        ExportSpec,
+        PerfSpec,
+        PlotsSpec,
+        ReportSpec,
+        RepositorySpec,
+    )
 
 log = logging.getLogger("deploybench")
 
@@ -33,117 +52,101 @@ def setup_logging(path: str | Path | None) -> None:
     root.setLevel(logging.INFO)
 
 
-def make_checkpoint(*, model: dict[str, Any], out: str, provenance_out: str) -> None:
+def make_checkpoint(spec: CheckpointSpec, *, checkpoint: str, provenance: str) -> None:
     from .checkpoint import prepare_checkpoint  # torch: imported by the jobs that need it
 
+    model = spec["model"]
     family = load_family(model["module"], model["hparams"])
     origin = prepare_checkpoint(
         family,
         model.get("checkpoint"),
         int(model["seed"]),
-        out,
+        checkpoint,
         ema=bool(model.get("checkpoint_ema")),
     )
-    log.info("checkpoint %s from %s", out, origin)
-    write_json(provenance_out, provenance.collect(out, model, origin=origin))
+    log.info("checkpoint %s from %s", checkpoint, origin)
+    write_json(provenance, sidecar.collect(checkpoint, dict(model), origin=origin))
 
 
 def export(
-    *,
-    model: dict[str, Any],
-    checkpoint: str,
-    source: str | None,
-    export_format: str,
-    precision: str,
-    opset: int,
-    tolerance: dict[str, dict[str, float]],
-    check_batch: int,
-    out: str,
-    provenance_out: str,
+    spec: ExportSpec, *, checkpoint: str, source: list[str], artifact: str, provenance: str
 ) -> None:
+    """``source``: the export this one is made from, if the model makes it from another one."""
     from .checkpoint import read_workflow_checkpoint
     from .export import export_model
 
+    model = spec["model"]
+    made_from = source[0] if source else None
     family = load_family(model["module"], model["hparams"])
     report = export_model(
         family,
         read_workflow_checkpoint(family, checkpoint),
-        export_format,
-        precision,
-        out,
-        opset=opset,
-        tolerance=tolerance,
-        check_batch=check_batch,
-        source=source,
+        spec["export_format"],
+        spec["precision"],
+        artifact,
+        opset=spec["opset"],
+        tolerance=spec["tolerance"],
+        check_batch=spec["check_batch"],
+        source=made_from,
     )
-    log.info("exported %s; runtime check: %s", out, report)
+    log.info("exported %s; runtime check: %s", artifact, report)
     config = {
         "model": model,
-        "export_format": export_format,
-        "precision": precision,
-        "opset": opset,
-        "source": source,
+        "export_format": spec["export_format"],
+        "precision": spec["precision"],
+        "opset": spec["opset"],
+        "source": made_from,
     }
-    write_json(provenance_out, provenance.collect(out, config, verification=report))
+    write_json(provenance, sidecar.collect(artifact, config, verification=report))
 
 
-def convert(
-    *,
-    model: dict[str, Any],
-    converter: str,
-    settings: dict[str, Any],
-    precision: str,
-    source: str,
-    out: str,
-    provenance_out: str,
-) -> None:
+def convert(spec: ConvertSpec, *, export: str, artifact: str, provenance: str) -> None:
     from .convert import convert as run_converter
 
+    model = spec["model"]
     family = load_family(model["module"], model["hparams"])
     record = run_converter(
-        converter,
-        source=Path(source),
-        out=Path(out),
-        precision=precision,
-        settings=settings,
+        spec["converter"],
+        source=Path(export),
+        out=Path(artifact),
+        precision=spec["precision"],
+        settings=spec["settings"],
         inputs=family.inputs,
         example_inputs=lambda batch: family.example_inputs(batch, seed=0),
     )
-    log.info("converted %s: %s", out, record)
-    write_json(provenance_out, provenance.collect(out, {"model": model}, conversion=record))
+    log.info("converted %s: %s", artifact, record)
+    write_json(provenance, sidecar.collect(artifact, {"model": model}, conversion=record))
 
 
 def repository(
+    spec: RepositorySpec,
     *,
-    model: dict[str, Any],
-    model_name: str,
-    serving: dict[str, Any],
-    triton: dict[str, Any],
-    device: str,
     artifact: str,
-    artifact_name: str,
     artifact_provenance: str,
-    out: str,
-    signature: str | None = None,
+    signature: list[str],
+    repository: str,
 ) -> None:
-    """``signature``: an ONNX file whose graph inputs are the ones served (native backends)."""
+    """``signature``: the ONNX file whose graph inputs are the ones served (native backends on
+    an ONNX export), if any."""
     from .convert import artifact_inputs
     from .repository import build_repository, model_config
+    from .triton_config import to_pbtxt
 
-    provenance.verify(artifact, artifact_provenance)
+    sidecar.verify(artifact, artifact_provenance)
+    model = spec["model"]
     family = load_family(model["module"], model["hparams"])
-    inputs = artifact_inputs(family.inputs, Path(signature)) if signature else family.inputs
+    inputs = artifact_inputs(family.inputs, Path(signature[0])) if signature else family.inputs
     config = model_config(
-        name=model_name,
-        serving=serving,
-        triton=triton,
-        device=device,
+        name=spec["model_name"],
+        serving=dict(spec["serving"]),
+        triton=spec["triton"],
+        device=spec["device"],
         inputs=inputs,
         outputs=family.outputs,
-        artifact_name=artifact_name,
+        artifact_name=spec["artifact_name"],
     )
-    build_repository(config, Path(artifact), artifact_name, Path(out))
-    log.info("model repository %s:\n%s", out, config.to_pbtxt())
+    build_repository(config, Path(artifact), spec["artifact_name"], Path(repository))
+    log.info("model repository %s:\n%s", repository, to_pbtxt(config))
 
 
 def _server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Any:
@@ -158,17 +161,13 @@ def _server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Any:
 
 
 def accuracy(
+    spec: AccuracySpec,
     *,
-    model: dict[str, Any],
-    model_name: str,
+    repository: str,
     checkpoint: str,
-    repo: str,
-    settings: dict[str, Any],
-    server_settings: dict[str, Any],
-    run: dict[str, Any],
-    out: str,
-    task_out: str,
-    provenance_out: str,
+    csv: str,
+    task_csv: str,
+    provenance: str,
     server_log: str,
 ) -> None:
     from .accuracy import (
@@ -183,6 +182,8 @@ def accuracy(
     from .checkpoint import read_workflow_checkpoint
     from .server import graceful_signals
 
+    model, model_name = spec["model"], spec["model_name"]
+    settings, run = spec["accuracy"], spec["run"]
     family = load_family(model["module"], model["hparams"])
     batch = int(settings["batch_size"])
     feeds = family.example_inputs(batch, int(settings["seed"]))
@@ -190,7 +191,7 @@ def accuracy(
     reference = family.framework_outputs(module, feeds)
 
     task = settings.get("task") or {}
-    with graceful_signals(), _server(repo, server_log, server_settings) as server:
+    with graceful_signals(), _server(repository, server_log, spec["server"]) as server:
         served = infer_triton(server.http_url, model_name, feeds, list(reference))
         server_info = server.metadata()
         rows = compare_outputs(reference, served, settings["tolerance"], batch)
@@ -212,29 +213,24 @@ def accuracy(
     failed = [m for m in metrics if m["passed"] is False]
     if failed:
         raise AccuracyError(f"{run['path']}: task metric below its threshold: {failed}")
-    write_csv(out, rows, COLUMNS)
-    write_csv(task_out, metrics, TASK_COLUMNS)
+    write_csv(csv, rows, COLUMNS)
+    write_csv(task_csv, metrics, TASK_COLUMNS)
     write_json(
-        provenance_out,
-        provenance.collect(out, {"accuracy": settings, **run}, tritonserver=server_info),
+        provenance,
+        sidecar.collect(csv, {"accuracy": settings, **run}, tritonserver=server_info),
     )
 
 
 def perf(
+    spec: PerfSpec,
     *,
-    scenario: str,
-    model: dict[str, Any],
-    model_name: str,
-    repo: str,
-    points: list[dict[str, int]],
-    measure: dict[str, Any],
-    server_settings: dict[str, Any],
-    run: dict[str, Any],
-    out: str,
-    provenance_out: str,
+    repository: str,
+    csv: str,
+    provenance: str,
     server_log: str,
     perf_log: str,
 ) -> None:
+    """One scenario (offline | online): perf_analyzer over its points, one server."""
     from .accuracy import infer_triton, served_feeds, served_inputs
     from .perf import COLUMNS as PERF_COLUMNS
     from .perf import (
@@ -248,8 +244,10 @@ def perf(
     )
     from .server import graceful_signals
 
+    scenario, run = spec["scenario"], spec["run"]
+    model, model_name = spec["model"], spec["model_name"]
     family = load_family(model["module"], model["hparams"])
-    settings = MeasureSettings(**measure)
+    settings = MeasureSettings(**spec["measure"])
     Path(perf_log).parent.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
@@ -257,7 +255,7 @@ def perf(
         sample = family.example_inputs(1, seed=0)
         with (
             graceful_signals(),
-            _server(repo, server_log, server_settings) as server,
+            _server(repository, server_log, spec["server"]) as server,
             contextlib.ExitStack() as stack,
         ):
             server_info = server.metadata()
@@ -273,7 +271,7 @@ def perf(
                 server.http_url, model_name, sample, [s.name for s in family.outputs]
             )
             output_bytes = output_bytes_per_sample(outputs.values())
-            for p in points:
+            for p in spec["points"]:
                 point = Point(int(p["batch"]), int(p["concurrency"]))
                 row = measure_point(
                     model_name=model_name,
@@ -294,29 +292,22 @@ def perf(
                         **row,
                     }
                 )
-    write_csv(out, rows, PERF_COLUMNS)
-    config = {"scenario": scenario, "points": points, "measure": measure, **run}
-    write_json(provenance_out, provenance.collect(out, config, tritonserver=server_info))
+    write_csv(csv, rows, PERF_COLUMNS)
+    config = {"scenario": scenario, "points": spec["points"], "measure": spec["measure"], **run}
+    write_json(provenance, sidecar.collect(csv, config, tritonserver=server_info))
 
 
 def plots(
-    *,
-    run_path: str,
-    offline: str,
-    online: str,
-    published: str,
-    config: dict[str, Any],
-    options: dict[str, Any],
-    outputs: dict[str, str],
+    spec: PlotsSpec, *, offline: str, online: str, published: str, config: dict[str, Any]
 ) -> None:
-    """The charts of one run: ``outputs`` maps a chart name to its file stem."""
+    """The charts of one run: ``spec["stems"]`` maps a chart name to its file stem."""
     import pandas as pd
 
     from . import plots as charts
     from .report import published_rows
 
     offline_rows, online_rows = pd.read_csv(offline), pd.read_csv(online)
-    reference = published_rows(config, pd.read_csv(published), run_path)
+    reference = published_rows(config, pd.read_csv(published), spec["run_path"])
     built = {
         "offline_throughput": charts.offline_throughput(offline_rows),
         "offline_latency": charts.offline_latency(offline_rows),
@@ -325,22 +316,15 @@ def plots(
         "published_offline": charts.published_overlay(offline_rows, reference, "offline"),
         "published_online": charts.published_overlay(online_rows, reference, "online"),
     }
-    for name, stem in outputs.items():
+    options = spec["options"]
+    for name, stem in spec["stems"].items():
         chart = built[name].properties(width=options["width"], height=options["height"])
         charts.save(chart, Path(stem))
         log.info("%s: %s", name, stem)
 
 
 def report(
-    *,
-    model: str,
-    runs: list[dict[str, Any]],
-    published: str,
-    config: dict[str, Any],
-    options: dict[str, Any],
-    markdown_out: str,
-    html_out: str,
-    comparison_stems: dict[str, str],
+    spec: ReportSpec, *, published: str, markdown: str, html: str, config: dict[str, Any]
 ) -> None:
     """One model's page: every run's configuration, plots, tables and provenance, the
     comparison across its runs, and measured vs published per point."""
@@ -358,8 +342,9 @@ def report(
         summary_section,
     )
 
+    model, runs, options = spec["model"], spec["runs"], spec["options"]
     reference = pd.read_csv(published)
-    here = Path(markdown_out).parent
+    here = Path(markdown).parent
     sections: list[str] = []
     comparisons: dict[str, pd.DataFrame] = {}
     frames: dict[str, list[pd.DataFrame]] = {"offline": [], "online": []}
@@ -374,7 +359,7 @@ def report(
         matched = published_rows(config, reference, run["path"])
         comparisons[run["path"]] = ratios(pd.concat([offline, online]), matched)
     comparison_plots = []
-    for scenario, stem in comparison_stems.items():
+    for scenario, stem in spec["stems"].items():
         chart = charts.comparison(pd.concat(frames[scenario]), scenario).properties(
             width=options["width"], height=options["height"]
         )
@@ -389,5 +374,65 @@ def report(
             *sections,
         ]
     )
-    write_text(markdown_out, text + "\n")
-    write_text(html_out, render_html(text, f"{model} performance"))
+    write_text(markdown, text + "\n")
+    write_text(html, render_html(text, f"{model} performance"))
+
+
+# The job of each rule (`use rule ... as` variants included).
+JOBS: dict[str, Callable[..., None]] = {
+    "prepare_checkpoint": make_checkpoint,
+    "export": export,
+    "export_directory": export,
+    "convert": convert,
+    "convert_directory": convert,
+    "repository": repository,
+    "accuracy": accuracy,
+    "offline": perf,
+    "online": perf,
+    "plots": plots,
+    "model_report": report,
+}
+# Inputs that only order the DAG; no job reads them.
+DAG_ONLY_INPUTS = ("image",)
+
+
+def job_arguments(
+    job: Callable[..., None], rule: str, files: dict[str, Any], config: dict[str, Any]
+) -> dict[str, Any]:
+    """The keyword arguments of ``job``: each a file its rule names (one path, or a list for an
+    input given as a list), or ``config``, the workflow's config."""
+    if "config" in files:
+        raise ValueError(f"rule {rule!r} names a file 'config', the name of the workflow's config")
+    offered = {**files, "config": config}
+    wanted = [p for p in inspect.signature(job).parameters.values() if p.kind == p.KEYWORD_ONLY]
+    missing = [p.name for p in wanted if p.name not in offered]
+    if missing:
+        raise TypeError(
+            f"rule {rule!r} names no file {missing[0]!r}, which job {job.__name__} takes; "
+            f"it names: {', '.join(sorted(files))}"
+        )
+    return {p.name: offered[p.name] for p in wanted}
+
+
+def rule_files(smk: Any) -> dict[str, Any]:
+    """The named inputs, outputs and logs of the job Snakemake runs (names are unique across
+    them); a list given for one name (a function's inputs, maybe none) stays a list."""
+    files: dict[str, Any] = {}
+    for kind in (smk.input, smk.output, smk.log):
+        for name, value in kind.items():
+            if kind is smk.input and name in DAG_ONLY_INPUTS:
+                continue
+            if name in files:
+                raise ValueError(f"rule {smk.rule!r} names {name!r} twice")
+            files[name] = [str(v) for v in value] if isinstance(value, list) else str(value)
+    return files
+
+
+def run_rule(smk: Any) -> None:
+    """Entry point of every rule's script: the rule's job, called with its spec and files, logging
+    to the rule's first log."""
+    if smk.rule not in JOBS:
+        raise ValueError(f"no job for rule {smk.rule!r}; valid choices: {', '.join(sorted(JOBS))}")
+    setup_logging(smk.log[0] if smk.log else None)
+    job = JOBS[smk.rule]
+    job(smk.params.spec, **job_arguments(job, smk.rule, rule_files(smk), smk.config))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import tools
+from .errors import PerfError
 from .server import SHM_DIR
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,6 @@ COLUMNS = [
 ]
 UNSTABLE_MARKER = "Failed to obtain stable measurement"
 NO_STABILITY_CHECK = "1000"  # --stability-percentage: any variation passes
-
-
-class PerfError(RuntimeError):
-    """perf_analyzer failed for a reason other than an unstable measurement."""
 
 
 @dataclass(frozen=True)

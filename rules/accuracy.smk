@@ -5,24 +5,17 @@ rule accuracy:
         image=image_input("triton"),
     output:
         csv=f"{RUN_DIR}/accuracy.csv",
-        task=f"{RUN_DIR}/task.csv",
+        task_csv=f"{RUN_DIR}/task.csv",
         provenance=f"{RUN_DIR}/accuracy.provenance.json",
     log:
         job=f"{LOG_DIR}/accuracy.log",
-        server=f"{LOG_DIR}/accuracy.server.log",
+        server_log=f"{LOG_DIR}/accuracy.server.log",
     container:
         container_of("triton")
     resources:
+        **gpu_resources(),
         triton_server=1,
-        gpu=gpu_request,
-        gpu_model=slurm_setting("gpu_model"),
-        slurm_partition=slurm_setting("partition"),
-        constraint=slurm_setting("constraint"),
     params:
-        model=lambda w: model_identity(w.model),
-        model_name=lambda w: w.model,
-        accuracy=lambda w: run_of(w).settings["accuracy"],
-        server=config["server"],
-        run=run_info,
+        spec=run_spec("accuracy"),
     script:
         "../scripts/accuracy.py"

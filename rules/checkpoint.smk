@@ -10,8 +10,8 @@ rule prepare_checkpoint:
     container:
         container_of("framework")
     resources:
-        mem_mb=lambda w: model_base(w.model)["export"]["mem_mb"],
+        mem_mb=framework_mem_mb,
     params:
-        model=lambda w: model_identity(w.model),
+        spec=lambda w: model_plan(w.model).checkpoint_spec(),
     script:
         "../scripts/checkpoint.py"

@@ -1,8 +1,9 @@
-# Shared helpers: config validation, wildcard constraints, and what each run needs.
-# Every helper resolves the run through deploybench.config, so an unknown model/gpu/format/
-# precision or a combination the config does not allow fails while the DAG is built, with a
-# message naming the value and the valid choices.
+# Shared helpers: config validation, wildcard constraints, paths, and glue over the plan.
+# What a run is and how each step does it comes from deploybench.plan (one frozen plan per run,
+# cached here); an unknown model/gpu/format/precision or a combination the config does not allow
+# fails while the DAG is built, with a message naming the value and the valid choices.
 
+import dataclasses
 import functools
 import os
 import re
@@ -13,9 +14,7 @@ from snakemake.settings.types import DeploymentMethod
 
 from deploybench import config as dbconfig
 from deploybench import images
-from deploybench.models import CHECKPOINT_FILES, framework_of
-from deploybench.convert import conversion_settings
-from deploybench.repository import serving
+from deploybench import plan as dbplan
 
 SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
 validate(config, SCHEMA)
@@ -68,10 +67,23 @@ def one_of(names):
     return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
+# --- Plans: every input, params and resources function of a job asks for the same plan; make
+# each once (hashable keys), so that the full-matrix DAG stays quick to build.
+
+
 @functools.cache
-def _resolved(model, gpu, fmt, precision):
-    # every params/input function of a job asks for the same run; merge and check it once
-    return dbconfig.resolve(config, model, gpu, fmt, precision)
+def model_plan(model):
+    return dbplan.plan_model(config, model)
+
+
+@functools.cache
+def _export_plan(model, export_format, precision):
+    return dbplan.plan_export(config, model, export_format, precision)
+
+
+@functools.cache
+def _run_plan(model, gpu, fmt, precision):
+    return dbplan.plan_run(config, model, gpu, fmt, precision)
 
 
 @functools.cache
@@ -80,19 +92,31 @@ def _runs():
     return tuple(dbconfig.all_runs(config))
 
 
-def run_of(wildcards):
-    return _resolved(
+def plan_of(wildcards):
+    """The plan of the run named by the job's wildcards."""
+    return _run_plan(
         wildcards.model, wildcards.gpu, wildcards.format, wildcards.precision
     )
 
 
-def in_run(pattern, run, **extra):
+def export_plan(wildcards):
+    return _export_plan(
+        wildcards.model, wildcards.export_format, wildcards.export_precision
+    )
+
+
+def run_spec(step):
+    """For `params: spec=` — the job spec of ``step`` from the run's plan."""
+    return lambda w: plan_of(w).spec(step)
+
+
+def in_run(pattern, plan, **extra):
     """``pattern`` filled with the run's wildcards."""
     return pattern.format(
-        model=run.model,
-        gpu=run.gpu,
-        format=run.format,
-        precision=run.precision,
+        model=plan.model,
+        gpu=plan.gpu,
+        format=plan.format,
+        precision=plan.precision,
         **extra,
     )
 
@@ -101,9 +125,8 @@ def results_of(paths):
     """The accuracy and perf CSVs of runs given as ``model/gpu/format/precision``."""
     files = []
     for path in paths:
-        model, gpu, fmt, precision = path.split("/")
-        run = _resolved(model, gpu, fmt, precision)
-        files += [f"{in_run(RUN_DIR, run)}/{name}" for name in RESULT_FILES]
+        plan = _run_plan(*path.split("/"))
+        files += [f"{in_run(RUN_DIR, plan)}/{name}" for name in RESULT_FILES]
     return files
 
 
@@ -117,20 +140,7 @@ def gpu_results(gpu):
     return results_of(r for r in _runs() if r.split("/")[1] == gpu)
 
 
-def model_base(model):
-    """A model's settings before any gpu sizing (export and checkpoint do not depend on it)."""
-    if model not in config["models"]:
-        raise dbconfig.ConfigError(
-            f"unknown model {model!r}; valid choices: {', '.join(sorted(config['models']))}"
-        )
-    return config["models"][model]
-
-
-def model_identity(model):
-    """What defines the network: module, hyper-parameters, weights source, seed."""
-    m = model_base(model)
-    keys = ("module", "hparams", "checkpoint", "checkpoint_ema", "seed")
-    return {k: m.get(k) for k in keys}
+# --- Containers
 
 
 # Images the workflow builds (rule container_image), by name.
@@ -144,7 +154,7 @@ def image_build(wildcards):
 
 def image_of(model, role):
     """The name of the image that runs ``role`` (framework | triton) jobs of ``model``."""
-    return model_base(model)["containers"][role]
+    return model_plan(model).containers[role]
 
 
 def container_of(role):
@@ -167,74 +177,64 @@ def image_input(role):
     return inputs
 
 
-def configured_checkpoint(wildcards):
-    """The configured checkpoint file (so replacing it reruns everything), if any."""
-    source = model_base(wildcards.model).get("checkpoint")
-    dbconfig.check_path(f"models.{wildcards.model}.checkpoint", source)
-    return [source] if source else []
+# --- Checkpoint, export and the served artifact
 
 
 def checkpoint_of(model):
     """The workflow's checkpoint file of ``model`` (its name depends on the framework)."""
-    framework = framework_of(model_base(model)["module"])
-    return CHECKPOINT.format(model=model, checkpoint_file=CHECKPOINT_FILES[framework])
+    return CHECKPOINT.format(
+        model=model, checkpoint_file=model_plan(model).checkpoint_file
+    )
 
 
 def checkpoint_name(wildcards):
-    """Check that the requested checkpoint file is the one the model's framework writes."""
+    """The configured checkpoint file (so replacing it reruns everything), if any; checks that
+    the requested checkpoint file is the one the model's framework writes."""
     expected = checkpoint_of(wildcards.model)
     requested = CHECKPOINT.format(**wildcards)
     if requested != expected:
         raise dbconfig.ConfigError(
             f"model {wildcards.model!r} writes {expected!r}, not {requested!r}"
         )
-    return configured_checkpoint(wildcards)
+    source = model_plan(wildcards.model).configured_checkpoint
+    return [source] if source else []
+
+
+def export_path(export):
+    return EXPORT.format(
+        model=export.model.name,
+        export_format=export.format,
+        export_precision=export.precision,
+        artifact=export.artifact,
+    )
 
 
 def export_artifact(wildcards):
-    """Check that the requested export file is the one its format produces."""
-    fmt = wildcards.export_format
-    if fmt not in config["formats"]:
+    """The checkpoint an export is made from; checks that the requested export file is the one
+    its format produces."""
+    export = export_plan(wildcards)
+    if wildcards.artifact != export.artifact:
         raise dbconfig.ConfigError(
-            f"unknown export format {fmt!r}; valid choices: {', '.join(sorted(config['formats']))}"
-        )
-    expected = config["formats"][fmt]["artifact"]
-    if wildcards.artifact != expected:
-        raise dbconfig.ConfigError(
-            f"export format {fmt!r} writes {expected!r}, not {wildcards.artifact!r}"
+            f"export format {export.format!r} writes {export.artifact!r}, not {wildcards.artifact!r}"
         )
     return checkpoint_of(wildcards.model)
 
 
 def export_source(wildcards):
     """The export this export is made from, if the model makes it from another one."""
-    model = model_base(wildcards.model)
-    source = model["export"].get("sources", {}).get(wildcards.export_format)
-    if source is None:
+    export = export_plan(wildcards)
+    if export.source is None:
         return []
-    return [export_path(wildcards.model, source, wildcards.export_precision)]
-
-
-def export_path(model, export_format, precision):
-    # every export format is also a served format of the same name (e.g. onnx, tf-savedmodel)
-    return EXPORT.format(
-        model=model,
-        export_format=export_format,
-        export_precision=precision,
-        artifact=config["formats"][export_format]["artifact"],
-    )
-
-
-def export_of(run):
-    return export_path(run.model, run.export_format, run.export_precision)
+    source = _export_plan(export.model.name, export.source, export.precision)
+    return [export_path(source)]
 
 
 def served_artifact(wildcards):
     """The converted artifact if the run needs a conversion, else the export itself."""
-    run = run_of(wildcards)
-    if run.converter is None:
-        return export_of(run)
-    return in_run(CONVERTED, run, artifact=run.format_settings["artifact"])
+    plan = plan_of(wildcards)
+    if plan.conversion is None:
+        return export_path(plan.export)
+    return in_run(CONVERTED, plan, artifact=plan.artifact)
 
 
 def served_provenance(wildcards):
@@ -243,87 +243,34 @@ def served_provenance(wildcards):
 
 
 def served_signature(wildcards):
-    """The ONNX graph whose inputs a native backend serves (ONNX export drops unused inputs, and
-    a TensorRT plan takes those of the ONNX it was built from); none on CPU, where the python
-    backend takes every input and the runtime picks its own."""
-    run = run_of(wildcards)
-    if run.device == "cpu" or run.export_format != "onnx":
-        return []
-    return [export_of(run)]
-
-
-def run_info(wildcards):
-    """What identifies a run in its results and provenance."""
-    run = run_of(wildcards)
-    how = serving(run)
-    return {
-        "path": run.path,
-        "model": run.model,
-        "gpu": run.gpu,
-        "gpu_name": run.gpu_settings["name"],
-        "format": run.format,
-        "precision": run.precision,
-        "device": run.device,
-        "backend": how["backend"],
-        "runtime": how["runtime"],
-        "dataset": run.settings.get("dataset"),
-        "max_batch_size": run.settings["triton"]["max_batch_size"],
-        "model_instances": run.settings["triton"]["model_instances"],
-    }
+    """The ONNX export whose inputs a native backend serves (see RunPlan.serves_export_inputs)."""
+    plan = plan_of(wildcards)
+    return [export_path(plan.export)] if plan.serves_export_inputs else []
 
 
 def repository_of(wildcards):
-    return in_run(REPOSITORY, run_of(wildcards))
+    return in_run(REPOSITORY, plan_of(wildcards))
 
 
-def offline_points(wildcards):
-    run = run_of(wildcards)
-    return [
-        {"batch": b, "concurrency": 1}
-        for b in run.settings["perf"]["offline"]["batch_sizes"]
-    ]
-
-
-def online_points(wildcards):
-    batch, concurrency = dbconfig.online_grid(run_of(wildcards))
-    return [{"batch": batch, "concurrency": c} for c in concurrency]
-
-
-def measure_settings(wildcards):
-    perf = run_of(wildcards).settings["perf"]
-    return {
-        "request_count": perf["request_count"],
-        "measurement_interval_ms": perf["measurement_interval_ms"],
-        "max_retries": perf["max_retries"],
-        "retry_request_step": perf["retry_request_step"],
-        "warmup_factor": perf["warmup_factor"],
-        "timeout_s": perf["timeout_s"],
-    }
-
-
-# --- SLURM / GPU requests ------------------------------------------------------------------
-# Resource callables of the rules that run on the GPU (convert, accuracy, offline, online).
+# --- Resources: what a job asks the executor for
 # snakemake-executor-plugin-slurm turns `gpu` (+ `gpu_model`) into `--gpus=<model>:1`,
 # `slurm_partition` into -p and `constraint` into -C (profiles/slurm); locally `gpu` counts
-# against `--resources gpu=N`. Values come from `gpus.<gpu>.slurm` in the config; None leaves a
-# request to the cluster's default. A run on a CPU device asks for no GPU.
+# against `--resources gpu=N`. Values come from the plan's GpuRequest (`gpus.<gpu>.slurm`).
 
 
-def gpu_request(wildcards):
-    """One whole GPU for a run on a GPU device, none on a CPU device."""
-    return 1 if run_of(wildcards).device == "gpu" else 0
+def gpu_resources():
+    """For `resources:` of the jobs that run on the run's device (convert, accuracy, offline,
+    online): one whole GPU on a GPU device, in its partition; none on a CPU device."""
+
+    def setting(key):
+        return lambda w: getattr(plan_of(w).gpu_request, key)
+
+    return {f.name: setting(f.name) for f in dataclasses.fields(dbplan.GpuRequest)}
 
 
-def slurm_setting(key):
-    """The run's `gpus.<gpu>.slurm.<key>` (partition | gpu_model | constraint), or None."""
-
-    def value(wildcards):
-        run = run_of(wildcards)
-        if key == "gpu_model" and run.device != "gpu":
-            return None
-        return (run.gpu_settings.get("slurm") or {}).get(key)
-
-    return value
+def framework_mem_mb(wildcards):
+    """For `resources: mem_mb=` of the framework jobs (checkpoint, export, convert)."""
+    return model_plan(wildcards.model).mem_mb
 
 
 # --- Plots and reports ---------------------------------------------------------------------
@@ -336,7 +283,7 @@ PLOTS = (
     "published_offline",
     "published_online",
 )
-SCENARIOS = ("offline", "online")
+SCENARIOS = dbplan.SCENARIOS
 PLOT_STEM = f"{RUN_DIR}/plots/{{name}}"
 REPORT_DIR = "reports/{report_set}"
 COMPARISON_STEM = f"{REPORT_DIR}/{{model}}/comparison_{{scenario}}"
@@ -384,16 +331,16 @@ def report_runs(wildcards):
     """What the report page reads for each run."""
     entries = []
     for path in runs_in_report(wildcards.report_set, wildcards.model):
-        run = _resolved(*run_fields(path))
-        base = in_run(RUN_DIR, run)
+        plan = _run_plan(*run_fields(path))
+        base = in_run(RUN_DIR, plan)
         entries.append(
             {
                 "path": path,
                 "offline": f"{base}/offline.csv",
                 "online": f"{base}/online.csv",
                 "provenance": f"{base}/offline.provenance.json",
-                "plots": [in_run(p, run) for p in plot_files("png")],
-                "accelerator": run.format_settings.get("accelerator", "none"),
+                "plots": [in_run(p, plan) for p in plot_files("png")],
+                "accelerator": plan.accelerator,
             }
         )
     return entries
@@ -405,6 +352,31 @@ def report_inputs(wildcards):
         "csv": [r[s] for r in runs for s in SCENARIOS],
         "provenance": [r["provenance"] for r in runs],
         "plots": [p for r in runs for p in r["plots"]],
+    }
+
+
+def plots_spec(wildcards):
+    """For `params: spec=` of rule plots (jobs.plots)."""
+    plan = plan_of(wildcards)
+    return {
+        "run_path": plan.path,
+        "stems": {name: in_run(PLOT_STEM, plan, name=name) for name in PLOTS},
+        "options": config["report"]["plots"],
+    }
+
+
+def report_spec(wildcards):
+    """For `params: spec=` of rule model_report (jobs.report)."""
+    return {
+        "model": wildcards.model,
+        "runs": report_runs(wildcards),
+        "stems": {
+            s: COMPARISON_STEM.format(
+                report_set=wildcards.report_set, model=wildcards.model, scenario=s
+            )
+            for s in SCENARIOS
+        },
+        "options": config["report"]["plots"],
     }
 
 

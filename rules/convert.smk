@@ -1,7 +1,7 @@
 # GPU step: TensorRT engines and fp16 artifacts are made on the GPU they run on.
 rule convert:
     input:
-        export=lambda w: export_of(run_of(w)),
+        export=lambda w: export_path(plan_of(w).export),
         image=image_input("framework"),
     output:
         artifact=CONVERTED,
@@ -13,16 +13,10 @@ rule convert:
     container:
         container_of("framework")
     resources:
-        gpu=gpu_request,
-        gpu_model=slurm_setting("gpu_model"),
-        slurm_partition=slurm_setting("partition"),
-        constraint=slurm_setting("constraint"),
-        mem_mb=lambda w: model_base(w.model)["export"]["mem_mb"],
+        **gpu_resources(),
+        mem_mb=framework_mem_mb,
     params:
-        model=lambda w: model_identity(w.model),
-        converter=lambda w: run_of(w).converter,
-        # the converter's settings with defaults, checked while the DAG is built
-        settings=lambda w: conversion_settings(run_of(w)),
+        spec=run_spec("convert"),
     script:
         "../scripts/convert.py"
 

@@ -15,12 +15,9 @@ rule export:
     container:
         container_of("framework")
     resources:
-        mem_mb=lambda w: model_base(w.model)["export"]["mem_mb"],
+        mem_mb=framework_mem_mb,
     params:
-        model=lambda w: model_identity(w.model),
-        opset=lambda w: model_base(w.model)["export"]["onnx_opset"],
-        tolerance=lambda w: model_base(w.model)["export"]["tolerance"],
-        check_batch=lambda w: model_base(w.model)["export"]["check_batch"],
+        spec=lambda w: export_plan(w).spec(),
     script:
         "../scripts/export.py"
 

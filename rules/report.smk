@@ -24,11 +24,7 @@ rule plots:
     container:
         container_of("framework")
     params:
-        run_path=lambda w: run_of(w).path,
-        stems=lambda w: {
-            name: in_run(PLOT_STEM, run_of(w), name=name) for name in PLOTS
-        },
-        options=config["report"]["plots"],
+        spec=plots_spec,
     script:
         "../scripts/plots.py"
 
@@ -50,14 +46,7 @@ rule model_report:
     container:
         container_of("framework")
     params:
-        runs=report_runs,
-        stems=lambda w: {
-            s: COMPARISON_STEM.format(
-                report_set=w.report_set, model=w.model, scenario=s
-            )
-            for s in SCENARIOS
-        },
-        options=config["report"]["plots"],
+        spec=report_spec,
     script:
         "../scripts/report.py"
 

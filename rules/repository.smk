@@ -1,7 +1,7 @@
 rule repository:
     input:
         artifact=served_artifact,
-        provenance=served_provenance,
+        artifact_provenance=served_provenance,
         signature=served_signature,
         image=image_input("framework"),
     output:
@@ -11,11 +11,6 @@ rule repository:
     container:
         container_of("framework")
     params:
-        model=lambda w: model_identity(w.model),
-        model_name=lambda w: w.model,
-        serving=lambda w: serving(run_of(w)),
-        triton=lambda w: run_of(w).settings["triton"],
-        device=lambda w: run_of(w).device,
-        artifact_name=lambda w: run_of(w).format_settings["artifact"],
+        spec=run_spec("repository"),
     script:
         "../scripts/repository.py"

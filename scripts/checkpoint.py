@@ -1,9 +1,5 @@
-"""Rule `checkpoint`: the model's checkpoint (configured DLE checkpoint or seeded init)."""
+"""Rule `prepare_checkpoint`: the model's checkpoint (jobs.make_checkpoint)."""
 
-from deploybench import jobs
+from deploybench.jobs import run_rule
 
-smk = snakemake  # noqa: F821 - injected by Snakemake's script directive
-jobs.setup_logging(smk.log[0])
-jobs.make_checkpoint(
-    model=smk.params.model, out=smk.output.checkpoint, provenance_out=smk.output.provenance
-)
+run_rule(snakemake)  # noqa: F821 - injected by Snakemake's script directive

@@ -1,20 +1,5 @@
-"""Rules `offline` and `online`: perf_analyzer over the scenario's points."""
+"""Rules `offline` and `online`: perf_analyzer over the scenario's points (jobs.perf)."""
 
-from deploybench import jobs
+from deploybench.jobs import run_rule
 
-smk = snakemake  # noqa: F821 - injected by Snakemake's script directive
-jobs.setup_logging(smk.log.job)
-jobs.perf(
-    scenario=smk.params.scenario,
-    model=smk.params.model,
-    model_name=smk.params.model_name,
-    repo=smk.input.repository,
-    points=smk.params.points,
-    measure=smk.params.measure,
-    server_settings=smk.params.server,
-    run=smk.params.run,
-    out=smk.output.csv,
-    provenance_out=smk.output.provenance,
-    server_log=smk.log.server,
-    perf_log=smk.log.perf,
-)
+run_rule(snakemake)  # noqa: F821 - injected by Snakemake's script directive

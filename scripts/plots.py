@@ -1,15 +1,5 @@
-"""Rule `plots`: the charts of one run (SVG, PNG, interactive HTML)."""
+"""Rule `plots`: the charts of one run (jobs.plots)."""
 
-from deploybench import jobs
+from deploybench.jobs import run_rule
 
-smk = snakemake  # noqa: F821 - injected by Snakemake's script directive
-jobs.setup_logging(smk.log[0])
-jobs.plots(
-    run_path=smk.params.run_path,
-    offline=smk.input.offline,
-    online=smk.input.online,
-    published=smk.input.published,
-    config=smk.config,
-    options=smk.params.options,
-    outputs=smk.params.stems,
-)
+run_rule(snakemake)  # noqa: F821 - injected by Snakemake's script directive

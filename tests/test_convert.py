@@ -20,6 +20,7 @@ from deploybench import config as dbc
 from deploybench import convert as cv
 from deploybench import jobs
 from deploybench.models import load_family
+from deploybench.plan import conversion_settings
 from deploybench.tensors import TensorSpec
 from tests.conftest import REPO, base_config, smoke_config
 
@@ -57,7 +58,7 @@ def test_every_trt_run_has_the_seed_pages_profile_and_workspace():
     for run in runs:
         page, batch_re, workspace_re = TRT_SEEDS[run.model]
         max_batch = seed_value(page, batch_re)
-        settings = cv.conversion_settings(run)
+        settings = conversion_settings(run)
         family = load_family(run.settings["module"], run.settings["hparams"])
         profile = cv.tensorrt_profile(family.inputs, settings)
         cmd = cv.tensorrt_command(
@@ -90,7 +91,7 @@ def test_every_trt_run_has_the_seed_pages_profile_and_workspace():
 def test_bert_profile_is_sequence_length_384_at_batch_16():
     run = dbc.resolve(base_config(), "bert", "A30", "trt", "fp16")
     family = load_family("bert", run.settings["hparams"])
-    profile = cv.tensorrt_profile(family.inputs, cv.conversion_settings(run))
+    profile = cv.tensorrt_profile(family.inputs, conversion_settings(run))
     (page,) = SEEDS.glob("003_*.txt")
     seq = int(re.search(r'MAX_SEQ_LENGTH="(\d+)"', page.read_text()).group(1))
     assert list(profile) == ["input__0", "input__1", "input__2"]
@@ -158,7 +159,7 @@ def _with(config, model, convert):
 def test_bad_conversion_settings_fail_naming_the_value(convert, message):
     run = dbc.resolve(_with(base_config(), "tft", convert), "tft", "A30", "trt", "fp16")
     with pytest.raises(dbc.ConfigError, match=message):
-        cv.conversion_settings(run)
+        conversion_settings(run)
 
 
 def test_schema_rejects_unknown_conversion_keys():
@@ -223,14 +224,17 @@ def test_onnx_fp16_keeps_float32_io_and_runs(tft_onnx, tmp_path):
     family, path = tft_onnx
     out = tmp_path / "model.onnx"
     model = {"module": "tft", "hparams": smoke_config()["models"]["tft"]["hparams"]}
+    spec = {
+        "model": model,
+        "converter": "onnx-fp16",
+        "precision": "fp16",
+        "settings": {"op_block_list": []},
+    }
     jobs.convert(
-        model=model,
-        converter="onnx-fp16",
-        settings={"op_block_list": []},
-        precision="fp16",
-        source=str(path),
-        out=str(out),
-        provenance_out=str(tmp_path / "model.onnx.provenance.json"),
+        spec,
+        export=str(path),
+        artifact=str(out),
+        provenance=str(tmp_path / "model.onnx.provenance.json"),
     )
     converted = onnx.load(str(out))
     floats = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16"}
@@ -311,7 +315,7 @@ def test_gpu_only_converters_need_a_gpu_here(tmp_path, monkeypatch):
 def test_tf_trt_parameters_are_the_converters_and_the_seeds():
     tf = pytest.importorskip("tensorflow")
     run = dbc.resolve(base_config(), "resnet50", "A30", "tf-trt", "fp16")
-    settings = cv.conversion_settings(run)
+    settings = conversion_settings(run)
     params = cv.tf_trt_parameters(run.precision, settings)
     # every keyword is one the installed TF-TRT converter takes
     inspect.signature(tf.experimental.tensorrt.Converter).bind(input_saved_model_dir="m", **params)

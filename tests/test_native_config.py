@@ -1,6 +1,7 @@
 """Native-backend config.pbtxt for every GPU run the config allows, parsed back with Triton's own
-ModelConfig protobuf and checked against the seed pages' deployment parameters; the inputs a
-native backend serves are the artifact's; the CPU (python backend) config is unchanged."""
+ModelConfig protobuf and checked against the seed pages' deployment parameters; every run's config
+(CPU and GPU) round-trips through protobuf's text format to the message built; the inputs a native
+backend serves are the artifact's; the CPU (python backend) config is unchanged."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from deploybench import jobs
 from deploybench.accuracy import served_feeds
 from deploybench.io import sha256_of
 from deploybench.models import load_family
-from deploybench.repository import model_config, serving
+from deploybench.plan import serving
+from deploybench.repository import model_config
+from deploybench.tensors import TensorSpec
+from deploybench.triton_config import build_model_config, to_pbtxt
 from tests.conftest import REPO, base_config, smoke_config
 
 SEEDS = REPO.parent / "shared" / "seeds"
@@ -92,17 +96,21 @@ PLATFORMS = {
 }
 
 
-def native_configs():
+def all_configs():
     config = base_config()
     for path in dbc.all_runs(config):
-        run = dbc.resolve(config, *path.split("/"))
+        yield dbc.resolve(config, *path.split("/"))
+
+
+def native_configs():
+    for run in all_configs():
         if run.device == "gpu":
             yield run
 
 
-def parsed(run) -> model_config_pb2.ModelConfig:
+def built(run) -> model_config_pb2.ModelConfig:
     family = load_family(run.settings["module"], run.settings["hparams"])
-    text = model_config(
+    return model_config(
         name=run.model,
         serving=serving(run),
         triton=run.settings["triton"],
@@ -110,8 +118,91 @@ def parsed(run) -> model_config_pb2.ModelConfig:
         inputs=family.inputs,
         outputs=family.outputs,
         artifact_name=run.format_settings["artifact"],
-    ).to_pbtxt()
-    return text_format.Parse(text, model_config_pb2.ModelConfig())
+    )
+
+
+def parsed(run) -> model_config_pb2.ModelConfig:
+    """The run's config.pbtxt as Triton reads it: the text written, parsed back; it is exactly
+    the message built."""
+    config = built(run)
+    text = to_pbtxt(config)
+    back = text_format.Parse(text, model_config_pb2.ModelConfig())
+    assert back == config, run.path
+    return back
+
+
+def test_every_config_round_trips_through_the_text_format():
+    runs = list(all_configs())
+    assert {r.device for r in runs} == {"cpu", "gpu"}
+    for run in runs:
+        config = built(run)
+        text = to_pbtxt(config)
+        back = text_format.Parse(text, model_config_pb2.ModelConfig())
+        assert back == config, run.path
+        assert to_pbtxt(back) == text, run.path
+        # what the python backend reads on CPU, what a native backend is named by on a GPU
+        if run.device == "cpu":
+            assert back.backend == "python" and not back.platform, run.path
+            assert set(back.parameters) == {"runtime", "artifact", "intra_op_threads"}, run.path
+        else:
+            assert back.platform == PLATFORMS[run.format] and not back.backend, run.path
+
+
+def test_every_native_config_element_round_trips():
+    """The options no default GPU run sets (CUDA graphs, both accelerator parameters, retyped
+    tensors, several preferred batch sizes) survive the text format too."""
+    config = build_model_config(
+        name="tft",
+        platform="tensorrt_plan",
+        max_batch_size=1024,
+        inputs=[TensorSpec("s_cat__0", "int32", (192, 1)), TensorSpec("x", "float16", (-1, 3))],
+        outputs=[TensorSpec("target__0", "float32", (24, 3))],
+        instance_count=2,
+        instance_kind="KIND_GPU",
+        preferred_batch_sizes=[512, 1024],
+        max_queue_delay_us=100,
+        cuda_graphs=True,
+        gpu_accelerators=[
+            {"name": "tensorrt", "parameters": {"precision_mode": "FP16", "x": "1"}},
+            {"name": "other"},
+        ],
+    )
+    back = text_format.Parse(to_pbtxt(config), model_config_pb2.ModelConfig())
+    assert back == config
+    assert (
+        list(back.input[1].dims) == [-1, 3]
+        and back.input[1].data_type == model_config_pb2.TYPE_FP16
+    )
+    assert list(back.dynamic_batching.preferred_batch_size) == [512, 1024]
+    accelerators = back.optimization.execution_accelerators.gpu_execution_accelerator
+    assert [a.name for a in accelerators] == ["tensorrt", "other"]
+
+
+def test_model_config_names_bad_values():
+    common = {
+        "name": "tft",
+        "max_batch_size": 8,
+        "outputs": [],
+        "instance_count": 1,
+        "preferred_batch_sizes": [],
+        "max_queue_delay_us": 0,
+    }
+    good = [TensorSpec("x", "float32", (1,))]
+    with pytest.raises(ValueError, match="exactly one of backend"):
+        build_model_config(**common, inputs=good, instance_kind="KIND_GPU")
+    with pytest.raises(ValueError, match="'KIND_TPU'; valid choices: KIND_CPU, KIND_GPU"):
+        build_model_config(**common, inputs=good, instance_kind="KIND_TPU", backend="python")
+    with pytest.raises(ValueError, match="dtype 'complex64'.*valid choices: float32"):
+        build_model_config(
+            **common,
+            inputs=[TensorSpec("x", "complex64", (1,))],
+            instance_kind="KIND_CPU",
+            backend="python",
+        )
+    # nothing at its default is lost: the dynamic batcher stays on with no preferred sizes
+    config = build_model_config(**common, inputs=good, instance_kind="KIND_CPU", backend="python")
+    back = text_format.Parse(to_pbtxt(config), model_config_pb2.ModelConfig())
+    assert back == config and back.HasField("dynamic_batching")
 
 
 def test_every_native_config_has_the_seed_pages_parameters():
@@ -217,7 +308,7 @@ def test_cpu_default_config_is_unchanged():
     run = dbc.resolve(base_config(), "tft", "cpu", "onnx", "fp32")
     assert serving(run) == {"backend": "python", "runtime": "onnxruntime"}
     family = load_family("tft", run.settings["hparams"])
-    text = model_config(
+    config = model_config(
         name="tft",
         serving=serving(run),
         triton=run.settings["triton"],
@@ -225,8 +316,11 @@ def test_cpu_default_config_is_unchanged():
         inputs=family.inputs,
         outputs=family.outputs,
         artifact_name="model.onnx",
-    ).to_pbtxt()
-    assert text == CPU_TFT
+    )
+    text = to_pbtxt(config)
+    # CPU_TFT is the text written before config.pbtxt came from protobuf: the same config
+    back = text_format.Parse(text, model_config_pb2.ModelConfig())
+    assert back == config == text_format.Parse(CPU_TFT, model_config_pb2.ModelConfig())
 
 
 @pytest.fixture(scope="module")
@@ -250,17 +344,20 @@ def test_native_repository_serves_the_onnx_graphs_inputs(tft_onnx, tmp_path, fmt
     sidecar = tmp_path / f"{artifact.name}.provenance.json"
     sidecar.write_text(json.dumps({"sha256": sha256_of(artifact)}))
     out = tmp_path / "repository"
+    spec = {
+        "model": {"module": "tft", "hparams": settings["hparams"]},
+        "model_name": "tft",
+        "serving": serving(run),
+        "triton": run.settings["triton"],
+        "device": "gpu",
+        "artifact_name": run.format_settings["artifact"],
+    }
     jobs.repository(
-        model={"module": "tft", "hparams": settings["hparams"]},
-        model_name="tft",
-        serving=serving(run),
-        triton=run.settings["triton"],
-        device="gpu",
+        spec,
         artifact=str(artifact),
-        artifact_name=run.format_settings["artifact"],
         artifact_provenance=str(sidecar),
-        signature=str(onnx_path),
-        out=str(out),
+        signature=[str(onnx_path)],
+        repository=str(out),
     )
     cfg = text_format.Parse(
         (out / "tft" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from deploybench import accuracy, perf
+from deploybench.plan import PLATFORMS
 from deploybench.repository import build_repository, model_config
 from deploybench.tensors import TensorSpec
+from deploybench.triton_config import to_pbtxt
 
 PA_CSV = (
     "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
@@ -174,6 +176,8 @@ SPECS_OUT = [TensorSpec("y__0", "float32", (24, 3))]
 
 def _config(backend="python"):
     serving = {"backend": backend, "runtime": "onnxruntime"}
+    if backend != "python":  # a native backend is named by the platform the plan gives it
+        serving["platform"] = PLATFORMS[backend]
     triton = {
         "max_batch_size": 1024,
         "model_instances": 2,
@@ -193,18 +197,19 @@ def _config(backend="python"):
 
 
 def test_config_pbtxt_for_python_backend():
-    text = _config().to_pbtxt()
+    # protobuf's text format, as Triton's tools write it
+    text = to_pbtxt(_config())
     assert 'backend: "python"' in text and "max_batch_size: 1024" in text
-    assert '{ name: "x__0" data_type: TYPE_FP32 dims: [ 192, 3 ] }' in text
-    assert '{ name: "c__1" data_type: TYPE_INT64 dims: [ 1 ] }' in text
-    assert "instance_group [ { count: 2 kind: KIND_CPU } ]" in text
-    assert "preferred_batch_size: [ 512, 1024 ]" in text
+    assert 'input {\n  name: "x__0"\n  data_type: TYPE_FP32\n  dims: [192, 3]\n}' in text
+    assert 'input {\n  name: "c__1"\n  data_type: TYPE_INT64\n  dims: [1]\n}' in text
+    assert "instance_group {\n  kind: KIND_CPU\n  count: 2\n}" in text
+    assert "preferred_batch_size: [512, 1024]" in text
     assert "max_queue_delay_microseconds: 1" in text
-    assert 'key: "runtime" value: { string_value: "onnxruntime" }' in text
+    assert 'key: "runtime"\n  value {\n    string_value: "onnxruntime"\n  }' in text
 
 
 def test_config_pbtxt_for_native_gpu_backend():
-    text = _config("tensorrt").to_pbtxt()
+    text = to_pbtxt(_config("tensorrt"))
     assert 'platform: "tensorrt_plan"' in text and "KIND_GPU" in text and "parameters" not in text
 
 

@@ -107,7 +107,7 @@ def test_results_have_provenance(workdir):
 
 def test_repository_config_comes_from_config(workdir):
     text = (workdir / RUN / "repository" / "tft" / "config.pbtxt").read_text()
-    assert "max_batch_size: 8" in text and "preferred_batch_size: [ 4, 8 ]" in text
+    assert "max_batch_size: 8" in text and "preferred_batch_size: [4, 8]" in text
     assert 'string_value: "onnxruntime"' in text
 
 

@@ -1,0 +1,587 @@
+"""One plan per run: everything the workflow decides about a run, decided once.
+
+A ``{model}/{gpu}/{format}/{precision}`` run is resolved against the config
+(:mod:`deploybench.config`) and planned here: how its artifact is made (export, conversion and
+the converter's settings), how it is served (backend, platform, accelerators), what is measured
+(accuracy, the offline points and the online grid, the measurement settings), what identifies it
+in results, and what its GPU jobs ask the executor for. Every choice is made while the DAG is
+built, so a bad value fails naming the valid choices before any job runs; ``convert``,
+``repository``, ``accuracy`` and ``perf`` only carry out the settings they are given.
+
+Each step's job gets one spec (:meth:`RunPlan.spec`, :meth:`ExportPlan.spec`,
+:meth:`ModelPlan.checkpoint_spec`): plain, JSON-able data holding only what that step reads, so
+Snakemake's params trigger reruns exactly the steps whose settings changed (the online grid
+reruns ``online`` only). A new dimension of a run is added here and in the job that uses it.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+from .config import ConfigError, Run, check_path, online_grid, resolve
+from .convert import CONVERTERS, MIB
+from .models import CHECKPOINT_FILES, framework_of
+
+SCENARIOS = ("offline", "online")
+RUN_STEPS = ("convert", "repository", "accuracy", *SCENARIOS)
+# What defines the network: the checkpoint job and every job that rebuilds the module read it.
+IDENTITY_KEYS = ("module", "hparams", "checkpoint", "checkpoint_ema", "seed")
+# `models.<m>.perf` values that say how each point is measured (perf.MeasureSettings).
+MEASURE_KEYS = (
+    "request_count",
+    "measurement_interval_ms",
+    "max_retries",
+    "retry_request_step",
+    "warmup_factor",
+    "timeout_s",
+)
+# Triton's platform for each native backend's artifact (the file names are Triton's defaults:
+# model.plan, model.onnx, model.pt, model.savedmodel/).
+PLATFORMS = {
+    "tensorrt": "tensorrt_plan",
+    "onnxruntime": "onnxruntime_onnx",
+    "pytorch": "pytorch_libtorch",
+    "tensorflow": "tensorflow_savedmodel",
+}
+# Which converter's settings (`models.<m>.convert.<name>`) size a backend's TensorRT accelerator.
+ACCELERATOR_SETTINGS = {"onnxruntime": "tensorrt", "tensorflow": "tf-trt"}
+# Per converter: settings that have a default (anything else under `convert.<converter>` in the
+# config is required or optional as the schema says). TensorRT's batch defaults come from Triton.
+CONVERSION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "tensorrt": {"min_batch": 1, "shapes": {}},
+    "tf-trt": {"minimum_segment_size": 3, "maximum_cached_engines": 1},
+    "onnx-fp16": {"op_block_list": []},
+    "torchscript-fp16": {},
+}
+CONVERSION_REQUIRED = {"tensorrt": ("workspace_mb",), "tf-trt": ("workspace_mb",)}
+
+
+# ---------------------------------------------------------------------------- job specs
+# What each step's job receives (`params: spec=` of its rule): plain dicts and lists.
+
+
+class ModelIdentity(TypedDict):
+    module: str
+    hparams: dict[str, Any]
+    checkpoint: str | None
+    checkpoint_ema: bool | None
+    seed: int
+
+
+class CheckpointSpec(TypedDict):
+    model: ModelIdentity
+
+
+class ExportSpec(TypedDict):
+    model: ModelIdentity
+    export_format: str
+    precision: str
+    opset: int
+    tolerance: dict[str, dict[str, float]]
+    check_batch: int
+
+
+class ConvertSpec(TypedDict):
+    model: ModelIdentity
+    converter: str
+    precision: str
+    settings: dict[str, Any]  # the converter's settings, defaults filled in
+
+
+class ServingSpec(TypedDict):
+    """How Triton serves the artifact. On CPU: the python backend and the runtime it runs the
+    artifact with; on a GPU: the native backend, its platform and options."""
+
+    backend: str
+    runtime: str
+    platform: NotRequired[str]
+    # TensorRT before 10 has no INT64 bindings: the plan takes int32 where the model has int64.
+    tensor_types: NotRequired[dict[str, str]]
+    cuda_graphs: NotRequired[bool]
+    # gpu_execution_accelerator entries: name and string parameters, in priority order
+    gpu_accelerators: NotRequired[list[dict[str, Any]]]
+
+
+class RepositorySpec(TypedDict):
+    model: ModelIdentity
+    model_name: str
+    serving: ServingSpec
+    triton: dict[str, Any]
+    device: str
+    artifact_name: str
+
+
+class RunInfo(TypedDict):
+    """What identifies a run in its results and provenance."""
+
+    path: str
+    model: str
+    gpu: str
+    gpu_name: str
+    format: str
+    precision: str
+    device: str
+    backend: str
+    runtime: str
+    dataset: str | None
+    max_batch_size: int
+    model_instances: int
+
+
+class AccuracySpec(TypedDict):
+    model: ModelIdentity
+    model_name: str
+    accuracy: dict[str, Any]
+    server: dict[str, Any]
+    run: RunInfo
+
+
+class PerfSpec(TypedDict):
+    scenario: str
+    model: ModelIdentity
+    model_name: str
+    points: list[dict[str, int]]  # {"batch", "concurrency"}, measured in this order
+    measure: dict[str, Any]  # MEASURE_KEYS
+    server: dict[str, Any]
+    run: RunInfo
+
+
+class PlotsSpec(TypedDict):
+    run_path: str
+    stems: dict[str, str]  # chart name -> file stem
+    options: dict[str, Any]
+
+
+class ReportRun(TypedDict):
+    path: str
+    offline: str
+    online: str
+    provenance: str
+    plots: list[str]
+    accelerator: str
+
+
+class ReportSpec(TypedDict):
+    model: str
+    runs: list[ReportRun]
+    stems: dict[str, str]  # scenario -> comparison chart stem
+    options: dict[str, Any]
+
+
+RunSpec = ConvertSpec | RepositorySpec | AccuracySpec | PerfSpec
+
+
+# ---------------------------------------------------------------------------- frozen values
+
+
+# Concrete types, not the Mapping ABC: an ABC check costs more than the copy, and every job of a
+# full-matrix DAG asks for its spec.
+_MAPPINGS = (dict, types.MappingProxyType)
+_SEQUENCES = (list, tuple)
+
+
+def frozen(value: Any) -> Any:
+    """``value`` (config data: dicts, lists, scalars) with every dict read-only and every list a
+    tuple: a plan is cached and shared by every job of the DAG, so nothing that reads it may
+    change it."""
+    if isinstance(value, _MAPPINGS):
+        return types.MappingProxyType({k: frozen(v) for k, v in value.items()})
+    if isinstance(value, _SEQUENCES):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+def plain(value: Any) -> Any:
+    """A frozen value as new plain dicts and lists: what a job spec is (JSON-able, picklable)."""
+    if isinstance(value, _MAPPINGS):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, _SEQUENCES):
+        return [plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------- model and export
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """What every run of a model shares, before any gpu sizing: the network and its checkpoint."""
+
+    name: str
+    identity: Mapping[str, Any]  # IDENTITY_KEYS
+    checkpoint_file: str  # the workflow's checkpoint: checkpoint.pt | checkpoint.npz
+    configured_checkpoint: str | None  # the DLE checkpoint it reads (None: seeded init)
+    export: Mapping[str, Any]  # models.<m>.export
+    mem_mb: int  # what its framework jobs (checkpoint, export, convert) declare
+    containers: Mapping[str, str]  # role (framework | triton) -> image name
+
+    def identity_spec(self) -> ModelIdentity:
+        identity: ModelIdentity = plain(self.identity)
+        return identity
+
+    def checkpoint_spec(self) -> CheckpointSpec:
+        return {"model": self.identity_spec()}
+
+
+def plan_model(config: dict[str, Any], model: str) -> ModelPlan:
+    """A model's plan; an unknown model or a configured checkpoint that is missing fails here."""
+    models = config["models"]
+    if model not in models:
+        raise ConfigError(f"unknown model {model!r}; valid choices: {', '.join(sorted(models))}")
+    settings = models[model]
+    check_path(f"models.{model}.checkpoint", settings.get("checkpoint"))
+    return ModelPlan(
+        name=model,
+        identity=frozen({k: settings.get(k) for k in IDENTITY_KEYS}),
+        checkpoint_file=CHECKPOINT_FILES[framework_of(settings["module"])],
+        configured_checkpoint=settings.get("checkpoint") or None,
+        export=frozen(settings["export"]),
+        mem_mb=int(settings["export"]["mem_mb"]),
+        containers=frozen(settings["containers"]),
+    )
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """One export of a model: device-independent, shared by every run served from it."""
+
+    model: ModelPlan
+    format: str  # onnx | ts-trace | ts-script | tf-savedmodel
+    precision: str
+    artifact: str  # the file (or SavedModel directory) it writes
+    source: str | None  # the export format it is made from (`export.sources`), if any
+
+    def spec(self) -> ExportSpec:
+        return {
+            "model": self.model.identity_spec(),
+            "export_format": self.format,
+            "precision": self.precision,
+            "opset": int(self.model.export["onnx_opset"]),
+            "tolerance": plain(self.model.export["tolerance"]),
+            "check_batch": int(self.model.export["check_batch"]),
+        }
+
+
+def plan_export(
+    config: dict[str, Any], model: str, export_format: str, precision: str
+) -> ExportPlan:
+    """The export ``export_format`` at ``precision`` of ``model``."""
+    formats = config["formats"]
+    if export_format not in formats:
+        raise ConfigError(
+            f"unknown export format {export_format!r}; valid choices: {', '.join(sorted(formats))}"
+        )
+    model_plan = plan_model(config, model)
+    source = model_plan.export.get("sources", {}).get(export_format)
+    return ExportPlan(
+        model=model_plan,
+        format=export_format,
+        precision=precision,
+        # every export format is also a served format of the same name (onnx, tf-savedmodel, ...)
+        artifact=str(formats[export_format]["artifact"]),
+        source=None if source is None else str(source),
+    )
+
+
+# ---------------------------------------------------------------------------- run
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """How the export becomes the served artifact (made on the GPU it runs on)."""
+
+    converter: str  # CONVERTERS
+    settings: Mapping[str, Any]  # the converter's settings, defaults filled in and checked
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What a job that runs on the run's device (convert, accuracy, offline, online) asks the
+    executor for: one whole GPU on a GPU device (SLURM never hands it to a second job), in the
+    partition, node feature and GPU model of `gpus.<gpu>.slurm`; none on a CPU device. None
+    leaves a value to the cluster's default. Names are Snakemake resources (profiles/slurm)."""
+
+    gpu: int
+    gpu_model: str | None
+    slurm_partition: str | None
+    constraint: str | None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything the workflow does for one ``{model}/{gpu}/{format}/{precision}`` run."""
+
+    model: str
+    gpu: str
+    format: str
+    precision: str
+    device: str  # cpu | gpu
+    export: ExportPlan  # what it is made from
+    artifact: str  # the served file's name (model.onnx, model.plan, model.savedmodel, ...)
+    conversion: Conversion | None  # None: the export is served as it is
+    serving: Mapping[str, Any]  # ServingSpec
+    # A native backend serves the ONNX export's inputs (exporters drop unused inputs; a
+    # TensorRT plan takes those of the ONNX it was built from); the python backend takes every
+    # input of the model and its runtime picks its own.
+    serves_export_inputs: bool
+    accelerator: str  # the format's backend accelerator (none | tensorrt), as published
+    triton: Mapping[str, Any]  # models.<m>.triton, sized
+    accuracy: Mapping[str, Any]  # models.<m>.accuracy, sized, at the precision's tolerance
+    points: Mapping[str, tuple[Mapping[str, int], ...]]  # scenario -> its (batch, concurrency)
+    measure: Mapping[str, Any]  # MEASURE_KEYS
+    server: Mapping[str, Any]  # the workflow's `server` settings
+    info: Mapping[str, Any]  # RunInfo
+    gpu_request: GpuRequest
+
+    @property
+    def path(self) -> str:
+        return f"{self.model}/{self.gpu}/{self.format}/{self.precision}"
+
+    def convert_spec(self) -> ConvertSpec:
+        if self.conversion is None:
+            raise ConfigError(
+                f"{self.path} serves its {self.export.format} export as it is: it has no "
+                "conversion to make"
+            )
+        return {
+            "model": self.export.model.identity_spec(),
+            "converter": self.conversion.converter,
+            "precision": self.precision,
+            "settings": plain(self.conversion.settings),
+        }
+
+    def repository_spec(self) -> RepositorySpec:
+        return {
+            "model": self.export.model.identity_spec(),
+            "model_name": self.model,
+            "serving": plain(self.serving),
+            "triton": plain(self.triton),
+            "device": self.device,
+            "artifact_name": self.artifact,
+        }
+
+    def accuracy_spec(self) -> AccuracySpec:
+        return {
+            "model": self.export.model.identity_spec(),
+            "model_name": self.model,
+            "accuracy": plain(self.accuracy),
+            "server": plain(self.server),
+            "run": plain(self.info),
+        }
+
+    def perf_spec(self, scenario: str) -> PerfSpec:
+        _check_step(scenario, SCENARIOS)
+        return {
+            "scenario": scenario,
+            "model": self.export.model.identity_spec(),
+            "model_name": self.model,
+            "points": plain(self.points[scenario]),
+            "measure": plain(self.measure),
+            "server": plain(self.server),
+            "run": plain(self.info),
+        }
+
+    def spec(self, step: str) -> RunSpec:
+        """The spec of ``step``'s job (one of RUN_STEPS): only what that job reads."""
+        _check_step(step, RUN_STEPS)
+        if step == "convert":
+            return self.convert_spec()
+        if step == "repository":
+            return self.repository_spec()
+        if step == "accuracy":
+            return self.accuracy_spec()
+        return self.perf_spec(step)
+
+
+def _check_step(step: str, valid: tuple[str, ...]) -> None:
+    if step not in valid:
+        raise ValueError(f"unknown step {step!r}; valid choices: {', '.join(valid)}")
+
+
+def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: str) -> RunPlan:
+    """Resolve and plan one run; a combination or setting the workflow cannot honour fails here
+    (a :class:`ConfigError` naming the value and the valid choices)."""
+    run = resolve(config, model, gpu, fmt, precision)
+    how = serving(run)
+    conversion = conversion_of(run)
+    return RunPlan(
+        model=model,
+        gpu=gpu,
+        format=fmt,
+        precision=precision,
+        device=run.device,
+        export=plan_export(config, model, run.export_format, run.export_precision),
+        artifact=str(run.format_settings["artifact"]),
+        conversion=conversion,
+        serving=frozen(how),
+        serves_export_inputs=run.device != "cpu" and run.export_format == "onnx",
+        accelerator=str(run.format_settings.get("accelerator", "none")),
+        triton=frozen(run.settings["triton"]),
+        accuracy=frozen(run.settings["accuracy"]),
+        points=frozen({"offline": offline_points(run), "online": online_points(run)}),
+        measure=frozen(measure_settings(run)),
+        server=frozen(config["server"]),
+        info=frozen(run_info(run, how)),
+        gpu_request=gpu_request(run),
+    )
+
+
+# ---------------------------------------------------------------------------- decisions
+
+
+def conversion_of(run: Run) -> Conversion | None:
+    """The converter that makes the run's artifact and its settings; None to serve the export."""
+    converter = run.converter
+    if converter is None:
+        return None
+    return Conversion(converter, frozen(_conversion_settings(run, converter)))
+
+
+def conversion_settings(run: Run) -> dict[str, Any]:
+    """The run's converter settings with defaults filled in, checked; {} if it has none."""
+    conversion = conversion_of(run)
+    return {} if conversion is None else plain(conversion.settings)
+
+
+def _conversion_settings(run: Run, converter: str) -> dict[str, Any]:
+    if converter not in CONVERTERS:
+        raise ConfigError(
+            f"unknown converter {converter!r} for {run.path}; valid choices: {', '.join(CONVERTERS)}"
+        )
+    where = f"models.{run.model}.convert.{converter}"
+    given = (run.settings.get("convert") or {}).get(converter) or {}
+    missing = [k for k in CONVERSION_REQUIRED.get(converter, ()) if k not in given]
+    if missing:
+        raise ConfigError(
+            f"{where}.{missing[0]} is not set; format {run.format!r} at {run.precision} is made "
+            f"by converter {converter!r}, which needs {', '.join(CONVERSION_REQUIRED[converter])}"
+        )
+    settings = {**CONVERSION_DEFAULTS[converter], **given}
+    max_served = int(run.settings["triton"]["max_batch_size"])
+    if converter in ("tensorrt", "tf-trt"):
+        settings.setdefault("max_batch", max_served)
+    if converter == "tensorrt":
+        settings.setdefault("opt_batch", settings["max_batch"])
+        _check_batches(settings, max_served, where)
+    if converter == "tf-trt" and int(settings["max_batch"]) < max_served:
+        raise ConfigError(
+            f"{where}.max_batch {settings['max_batch']} is below triton.max_batch_size "
+            f"{max_served}: the engines would not take the batches Triton sends"
+        )
+    return settings
+
+
+def _check_batches(settings: dict[str, Any], max_served: int, where: str) -> None:
+    lo, opt, hi = (int(settings[k]) for k in ("min_batch", "opt_batch", "max_batch"))
+    if not 1 <= lo <= opt <= hi:
+        raise ConfigError(
+            f"{where}: the batch profile must have 1 <= min_batch <= opt_batch <= max_batch; "
+            f"got min_batch {lo}, opt_batch {opt}, max_batch {hi}"
+        )
+    # Triton sends any batch from 1 to max_batch_size: the engine must take all of them.
+    if lo > 1 or hi < max_served:
+        raise ConfigError(
+            f"{where}: the profile's batches {lo}..{hi} do not cover the batches 1.."
+            f"{max_served} Triton sends (triton.max_batch_size)"
+        )
+
+
+def serving(run: Run) -> ServingSpec:
+    """How the run is served: Triton backend, and the runtime inside it on CPU."""
+    if run.device == "cpu":
+        runtime = run.format_settings.get("cpu_runtime")
+        if not runtime:
+            raise ConfigError(
+                f"format {run.format!r} has no CPU runtime (formats.{run.format}.cpu_runtime): "
+                f"it cannot run on gpu {run.gpu!r}, a CPU device"
+            )
+        return {"backend": "python", "runtime": str(runtime)}
+    backend = str(run.format_settings["backend"])
+    if backend not in PLATFORMS:
+        raise ConfigError(
+            f"formats.{run.format}.backend: unknown backend {backend!r}; valid choices: "
+            f"{', '.join(sorted(PLATFORMS))}"
+        )
+    accelerator = str(run.format_settings.get("accelerator", "none"))
+    return {
+        "backend": backend,
+        "runtime": backend if accelerator == "none" else f"{backend}+{accelerator}",
+        "platform": PLATFORMS[backend],
+        "tensor_types": dict(run.format_settings.get("tensor_types") or {}),
+        # Triton's CUDA graphs are recognised by the TensorRT backend only.
+        "cuda_graphs": backend == "tensorrt" and bool(run.settings["triton"].get("cuda_graphs")),
+        "gpu_accelerators": [tensorrt_accelerator(run, backend)]
+        if accelerator == "tensorrt"
+        else [],
+    }
+
+
+def tensorrt_accelerator(run: Run, backend: str) -> dict[str, Any]:
+    """The backend's TensorRT execution accelerator at the run's precision; its workspace from
+    the model's TensorRT (ONNX Runtime) or TF-TRT (TensorFlow) conversion settings, if set."""
+    if backend not in ACCELERATOR_SETTINGS:
+        raise ConfigError(
+            f"format {run.format!r}: backend {backend!r} has no TensorRT accelerator; valid "
+            f"choices: {', '.join(sorted(ACCELERATOR_SETTINGS))}"
+        )
+    if run.precision not in ("fp32", "fp16"):
+        raise ConfigError(
+            f"{run.path}: the TensorRT accelerator runs fp32 or fp16, not {run.precision!r}"
+        )
+    parameters = {"precision_mode": run.precision.upper()}
+    section = (run.settings.get("convert") or {}).get(ACCELERATOR_SETTINGS[backend]) or {}
+    if "workspace_mb" in section:
+        parameters["max_workspace_size_bytes"] = str(int(section["workspace_mb"]) * MIB)
+    return {"name": "tensorrt", "parameters": parameters}
+
+
+def offline_points(run: Run) -> list[dict[str, int]]:
+    """Static batching: each configured batch size at concurrency 1."""
+    return [
+        {"batch": int(b), "concurrency": 1} for b in run.settings["perf"]["offline"]["batch_sizes"]
+    ]
+
+
+def online_points(run: Run) -> list[dict[str, int]]:
+    """Dynamic batching over the concurrency sweep (config.online_grid: DLE's with ``auto``)."""
+    batch, concurrency = online_grid(run)
+    return [{"batch": batch, "concurrency": c} for c in concurrency]
+
+
+def measure_settings(run: Run) -> dict[str, Any]:
+    perf = run.settings["perf"]
+    return {key: perf[key] for key in MEASURE_KEYS}
+
+
+def run_info(run: Run, how: ServingSpec) -> RunInfo:
+    """What identifies the run in its results and provenance (``how``: its serving)."""
+    triton = run.settings["triton"]
+    return {
+        "path": run.path,
+        "model": run.model,
+        "gpu": run.gpu,
+        "gpu_name": run.gpu_settings["name"],
+        "format": run.format,
+        "precision": run.precision,
+        "device": run.device,
+        "backend": how["backend"],
+        "runtime": how["runtime"],
+        "dataset": run.settings.get("dataset"),
+        "max_batch_size": triton["max_batch_size"],
+        "model_instances": triton["model_instances"],
+    }
+
+
+def gpu_request(run: Run) -> GpuRequest:
+    on_gpu = run.device == "gpu"
+    slurm = run.gpu_settings.get("slurm") or {}
+    return GpuRequest(
+        gpu=1 if on_gpu else 0,
+        # a GPU model names what to allocate: nothing on a CPU device
+        gpu_model=slurm.get("gpu_model") if on_gpu else None,
+        slurm_partition=slurm.get("partition"),
+        constraint=slurm.get("constraint"),
+    )

@@ -1,0 +1,111 @@
+"""Triton's model configuration as Triton's own protobuf message, written and read as text.
+
+The message is ``inference.ModelConfig`` (model_config.proto, generated into tritonclient); the
+text is protobuf's text format, as Triton and its tools (Model Navigator, Model Analyzer) write
+``config.pbtxt``. What is served comes from the caller: this module only builds and writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from .tensors import TensorSpec
+
+TRITON_TYPES = {
+    "float32": "TYPE_FP32",
+    "float16": "TYPE_FP16",
+    "int64": "TYPE_INT64",
+    "int32": "TYPE_INT32",
+    "int8": "TYPE_INT8",
+    "uint8": "TYPE_UINT8",
+    "bool": "TYPE_BOOL",
+}
+INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU")
+
+
+def build_model_config(
+    *,
+    name: str,
+    max_batch_size: int,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    instance_count: int,
+    instance_kind: str,
+    preferred_batch_sizes: Sequence[int],
+    max_queue_delay_us: int,
+    backend: str = "",
+    platform: str = "",
+    parameters: Mapping[str, str] | None = None,
+    cuda_graphs: bool = False,
+    gpu_accelerators: Sequence[Mapping[str, Any]] = (),
+) -> model_config_pb2.ModelConfig:
+    """The ``ModelConfig`` message: a native backend is named by ``platform``, any other (the
+    python backend) by ``backend``. ``gpu_accelerators``: ``{"name", "parameters"}`` entries of
+    ``optimization.execution_accelerators``, in priority order."""
+    if bool(backend) == bool(platform):
+        raise ValueError(
+            f"model {name!r}: name exactly one of backend ({backend!r}) and platform ({platform!r})"
+        )
+    if instance_kind not in INSTANCE_KINDS:
+        raise ValueError(
+            f"model {name!r}: instance kind {instance_kind!r}; valid choices: "
+            f"{', '.join(INSTANCE_KINDS)}"
+        )
+    config = model_config_pb2.ModelConfig(
+        name=name, backend=backend, platform=platform, max_batch_size=int(max_batch_size)
+    )
+    for spec in inputs:
+        config.input.add(name=spec.name, data_type=_data_type(spec), dims=spec.shape)
+    for spec in outputs:
+        config.output.add(name=spec.name, data_type=_data_type(spec), dims=spec.shape)
+    config.instance_group.add(
+        count=int(instance_count),
+        kind=model_config_pb2.ModelInstanceGroup.Kind.Value(instance_kind),
+    )
+    # present even when every field is at its default: it switches the dynamic batcher on
+    config.dynamic_batching.SetInParent()
+    config.dynamic_batching.preferred_batch_size.extend(int(b) for b in preferred_batch_sizes)
+    config.dynamic_batching.max_queue_delay_microseconds = int(max_queue_delay_us)
+    if cuda_graphs:
+        config.optimization.cuda.graphs = True
+    for accelerator in gpu_accelerators:
+        config.optimization.execution_accelerators.gpu_execution_accelerator.add(
+            name=str(accelerator["name"]),
+            parameters={str(k): str(v) for k, v in accelerator.get("parameters", {}).items()},
+        )
+    for key, value in (parameters or {}).items():
+        config.parameters[key].string_value = str(value)
+    return config
+
+
+def _data_type(spec: TensorSpec) -> int:
+    if spec.dtype not in TRITON_TYPES:
+        raise ValueError(
+            f"tensor {spec.name!r}: dtype {spec.dtype!r} has no Triton type here; valid choices: "
+            f"{', '.join(TRITON_TYPES)}"
+        )
+    return int(model_config_pb2.DataType.Value(TRITON_TYPES[spec.dtype]))
+
+
+def to_pbtxt(config: model_config_pb2.ModelConfig) -> str:
+    """``config.pbtxt``'s text: fields in model_config.proto's order (name and platform or
+    backend first), repeated numbers on one line (``dims: [192, 3]``)."""
+    return str(
+        text_format.MessageToString(
+            config, use_index_order=True, use_short_repeated_primitives=True
+        )
+    )
+
+
+def parse_pbtxt(text: str) -> model_config_pb2.ModelConfig:
+    """The ``ModelConfig`` a ``config.pbtxt`` text describes (an unknown field is an error)."""
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def read_config(path: Path) -> model_config_pb2.ModelConfig:
+    return parse_pbtxt(Path(path).read_text())

@@ -1,0 +1,253 @@
+"""One plan per run: every decision about a run made once and frozen; each step's job spec holds
+only what that step reads, so Snakemake's params trigger reruns only the steps a change concerns;
+one entry point runs each rule's job with its spec and the files its rule names."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from snakemake.utils import validate
+
+from deploybench import jobs
+from deploybench import plan as dbplan
+from deploybench.config import ConfigError, all_runs, deep_merge
+from deploybench.perf import MeasureSettings
+from tests.conftest import REPO, base_config, write_config
+
+SCHEMA = REPO / "config" / "schema" / "config.schema.yaml"
+CPU_RUN = "tft/cpu/onnx/fp32"
+
+
+def workflow_config(overrides: dict | None = None) -> dict:
+    """The shipped config (with ``overrides``) as the workflow sees it: schema defaults filled."""
+    config = deep_merge(base_config(), overrides or {})
+    validate(config, str(SCHEMA))
+    return config
+
+
+def step_specs(config: dict, path: str) -> dict[str, dict]:
+    """The spec of every job of the run ``path``, by rule."""
+    plan = dbplan.plan_run(config, *path.split("/"))
+    specs = {
+        "prepare_checkpoint": plan.export.model.checkpoint_spec(),
+        "export": plan.export.spec(),
+    }
+    for step in dbplan.RUN_STEPS:
+        if step != "convert" or plan.conversion is not None:
+            specs[step] = plan.spec(step)
+    return specs
+
+
+def test_plan_is_frozen_and_specs_are_fresh_copies():
+    plan = dbplan.plan_run(workflow_config(), "tft", "A30", "trt", "fp16")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.precision = "fp32"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        plan.triton["max_batch_size"] = 1  # type: ignore[index]
+    spec = plan.spec("online")
+    spec["points"].clear()
+    spec["run"]["gpu"] = "T4"
+    assert plan.spec("online")["points"] and plan.spec("online")["run"]["gpu"] == "A30"
+
+
+def test_every_spec_of_every_run_is_plain_data():
+    config = workflow_config()
+    runs = all_runs(config)
+    assert len(runs) > 100
+    for path in runs:
+        for rule, spec in step_specs(config, path).items():
+            # Snakemake's params trigger compares plain values only (it ignores anything else)
+            assert type(spec) is dict, (path, rule)
+            # what a job receives: Snakemake pickles it into the script; provenance writes JSON
+            assert json.loads(json.dumps(spec)) == spec, (path, rule)
+            assert pickle.loads(pickle.dumps(spec)) == spec, (path, rule)
+
+
+def test_specs_carry_what_the_jobs_and_provenance_read():
+    config = workflow_config()
+    plan = dbplan.plan_run(config, *CPU_RUN.split("/"))
+    sizing = config["sizings"]["cpu"]["tft"]["perf"]
+    offline, online = plan.spec("offline"), plan.spec("online")
+    assert offline["points"] == [{"batch": b, "concurrency": 1} for b in [1, 8, 32]]
+    assert online["points"] == [
+        {"batch": 1, "concurrency": c} for c in sizing["online"]["concurrency"]
+    ]
+    assert offline["measure"]["request_count"] == sizing["request_count"]
+    # the measurement settings are exactly what perf measures a point with
+    assert set(offline["measure"]) == {f.name for f in dataclasses.fields(MeasureSettings)}
+    MeasureSettings(**offline["measure"])
+    assert offline["run"] == online["run"] == plan.spec("accuracy")["run"]
+    assert offline["run"]["backend"] == "python" and offline["run"]["runtime"] == "onnxruntime"
+    assert plan.spec("repository")["serving"] == {"backend": "python", "runtime": "onnxruntime"}
+    assert plan.conversion is None and not plan.serves_export_inputs
+
+
+def test_gpu_run_plan_names_conversion_serving_and_its_gpu():
+    config = workflow_config()
+    trt = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
+    assert trt.conversion is not None and trt.conversion.converter == "tensorrt"
+    convert = trt.spec("convert")
+    assert convert["settings"]["max_batch"] == convert["settings"]["opt_batch"] == 1024
+    assert trt.spec("repository")["serving"]["platform"] == "tensorrt_plan"
+    assert trt.serves_export_inputs and trt.export.format == "onnx" and trt.artifact == "model.plan"
+    a30 = config["gpus"]["A30"]["slurm"]
+    assert trt.gpu_request == dbplan.GpuRequest(
+        gpu=1,
+        gpu_model=a30["gpu_model"],
+        slurm_partition=a30["partition"],
+        constraint=a30["constraint"],
+    )
+    cpu = dbplan.plan_run(config, *CPU_RUN.split("/"))
+    assert cpu.gpu_request.gpu == 0 and cpu.gpu_request.gpu_model is None
+
+
+@pytest.mark.parametrize(
+    ("path", "overrides", "changed"),
+    [
+        # the README's promise: the online concurrency reruns online.csv only
+        (
+            CPU_RUN,
+            {"sizings": {"cpu": {"tft": {"perf": {"online": {"concurrency": [1, 3]}}}}}},
+            {"online"},
+        ),
+        (
+            CPU_RUN,
+            {"sizings": {"cpu": {"tft": {"perf": {"request_count": 7}}}}},
+            {"offline", "online"},
+        ),
+        (
+            CPU_RUN,
+            {"models": {"tft": {"accuracy": {"tolerance": {"target__0": {"atol": 1.0}}}}}},
+            {"accuracy"},
+        ),
+        (CPU_RUN, {"models": {"tft": {"export": {"onnx_opset": 16}}}}, {"export"}),
+        (
+            CPU_RUN,
+            {"sizings": {"cpu": {"tft": {"triton": {"model_instances": 2}}}}},
+            {"repository", "accuracy", "offline", "online"},
+        ),
+        # a new network (here its seed) reruns everything
+        (
+            CPU_RUN,
+            {"models": {"tft": {"seed": 7}}},
+            {"prepare_checkpoint", "export", "repository", "accuracy", "offline", "online"},
+        ),
+        (
+            "tft/A30/trt/fp16",
+            {"models": {"tft": {"convert": {"tensorrt": {"workspace_mb": 4096}}}}},
+            {"convert"},
+        ),
+        # BERT's onnx-trt: the TensorRT workspace sizes the serving accelerator, not its
+        # (onnx-fp16) conversion
+        (
+            "bert/A30/onnx-trt/fp16",
+            {"models": {"bert": {"convert": {"tensorrt": {"workspace_mb": 4096}}}}},
+            {"repository"},
+        ),
+    ],
+)
+def test_a_change_reaches_only_the_specs_of_the_steps_it_concerns(path, overrides, changed):
+    before = step_specs(workflow_config(), path)
+    after = step_specs(workflow_config(overrides), path)
+    assert {rule for rule in before if before[rule] != after[rule]} == changed
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda c: dbplan.plan_run(c, *CPU_RUN.split("/")).spec("convert"),
+            ConfigError,
+            "tft/cpu/onnx/fp32 serves its onnx export as it is: it has no conversion",
+        ),
+        (
+            lambda c: dbplan.plan_run(c, *CPU_RUN.split("/")).spec("perf"),
+            ValueError,
+            "unknown step 'perf'; valid choices: convert, repository, accuracy, offline, online",
+        ),
+        (lambda c: dbplan.plan_model(c, "bert9"), ConfigError, "unknown model 'bert9'; valid"),
+        (
+            lambda c: dbplan.plan_export(c, "tft", "tflite", "fp32"),
+            ConfigError,
+            "unknown export format 'tflite'; valid choices: onnx, onnx-trt,",
+        ),
+    ],
+)
+def test_bad_requests_fail_naming_the_valid_choices(call, error, message):
+    with pytest.raises(error) as err:
+        call(workflow_config())
+    assert message in str(err.value)
+
+
+def test_a_cpu_format_without_a_cpu_runtime_fails_naming_the_key():
+    config = workflow_config()
+    del config["formats"]["onnx"]["cpu_runtime"]
+    with pytest.raises(ConfigError, match=r"format 'onnx' has no CPU runtime \(formats.onnx"):
+        dbplan.plan_run(config, *CPU_RUN.split("/"))
+
+
+def test_configured_checkpoint_must_exist_when_planned(tmp_path):
+    config = workflow_config()
+    config["models"]["tft"]["checkpoint"] = str(tmp_path / "missing.pt")
+    with pytest.raises(ConfigError, match="models.tft.checkpoint: .* does not exist"):
+        dbplan.plan_model(config, "tft")
+    (tmp_path / "missing.pt").write_bytes(b"")
+    assert dbplan.plan_model(config, "tft").configured_checkpoint == str(tmp_path / "missing.pt")
+
+
+def workflow_rules(workdir: Path) -> dict:
+    """The rules of the workflow as Snakemake loads it (in ``workdir``, the shipped config)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        OutputSettings,
+        ResourceSettings,
+        StorageSettings,
+    )
+
+    write_config(workdir, copy.deepcopy(base_config()))
+    with SnakemakeApi(OutputSettings(quiet=True)) as api:
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(),
+            storage_settings=StorageSettings(),
+            snakefile=REPO / "Snakefile",
+            workdir=workdir,
+        )
+        # the parsed rules (the API has no public listing of their named files)
+        return {rule.name: rule for rule in workflow._workflow.rules}
+
+
+def test_every_rule_with_a_script_runs_a_job_on_the_files_it_names(tmp_path):
+    rules = workflow_rules(tmp_path)
+    scripted = {name: rule for name, rule in rules.items() if rule.script}
+    assert scripted.keys() == jobs.JOBS.keys()
+    for name, rule in scripted.items():
+        named = {*rule.input._names, *rule.output._names, *rule.log._names}
+        files = dict.fromkeys(named - set(jobs.DAG_ONLY_INPUTS), "path")
+        arguments = jobs.job_arguments(jobs.JOBS[name], name, files, {})
+        # every file a job takes is one its rule names, and it takes its spec as the one param
+        assert set(arguments) - {"config"} <= named, name
+        assert list(rule.params._names) == ["spec"], name
+
+
+def test_a_job_whose_rule_lacks_a_file_fails_naming_it():
+    with pytest.raises(TypeError, match="rule 'convert' names no file 'artifact', which job"):
+        jobs.job_arguments(jobs.convert, "convert", {"export": "model.onnx"}, {})
+
+
+def test_scripts_only_call_the_entry_point():
+    for script in sorted((REPO / "scripts").glob("*.py")):
+        code = [
+            line
+            for line in script.read_text().splitlines()
+            if line and not line.startswith(('"""', "from deploybench.jobs import run_rule"))
+        ]
+        assert code == [
+            "run_rule(snakemake)  # noqa: F821 - injected by Snakemake's script directive"
+        ], script
