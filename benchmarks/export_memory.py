@@ -29,6 +29,7 @@ import psutil
 import yaml
 
 from deploybench.config import all_runs, resolve
+from deploybench.io import MIB
 from deploybench.models import CHECKPOINT_FILES, framework_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,7 +69,7 @@ def parallel_check() -> tuple[bool, str]:
     """The local profile lets running jobs declare at most its ``mem_mb`` together."""
     profile = yaml.safe_load((REPO / "profiles" / "local" / "config.yaml").read_text())
     limit = int(profile["resources"]["mem_mb"])
-    machine = psutil.virtual_memory().total / 2**20
+    machine = psutil.virtual_memory().total / MIB
     ok = limit <= machine
     return ok, (
         f"local profile: running jobs declare at most mem_mb={limit} together "
@@ -93,7 +94,7 @@ def run_measured(cmd: list[str]) -> tuple[int, float, float]:
         time.sleep(0.05)
     if proc.returncode:
         print(proc.stderr.read().decode()[-3000:] if proc.stderr else "", file=sys.stderr)
-    return proc.returncode, peak / 2**20, time.monotonic() - start
+    return proc.returncode, peak / MIB, time.monotonic() - start
 
 
 def main() -> int:

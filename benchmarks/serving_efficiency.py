@@ -35,12 +35,12 @@ import yaml
 from snakemake.utils import validate
 
 from deploybench import perf
-from deploybench.accuracy import served_feeds, served_inputs
 from deploybench.config import resolve
 from deploybench.models import load_family
 from deploybench.plan import plan_run
 from deploybench.runtime import load_runner, threads_per_instance
 from deploybench.server import TritonServer, graceful_signals
+from deploybench.triton_client import served_feeds, served_inputs
 from deploybench.triton_config import read_config, to_pbtxt
 
 REPO = Path(__file__).resolve().parent.parent

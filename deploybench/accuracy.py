@@ -2,6 +2,7 @@
 
 Per-output tolerances as in Model Navigator's correctness check: an element passes when
 ``|served - framework| <= atol + rtol * |framework|``. A miss is an error, never a silent row.
+The served outputs come from :mod:`deploybench.triton_client`; this module only compares.
 """
 
 from __future__ import annotations
@@ -11,20 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import AccuracyError
+from .errors import AccuracyError, ConfigError, DataError
 
 if TYPE_CHECKING:
     from .models import Family
 
-NUMPY_TO_TRITON = {
-    "float32": "FP32",
-    "float16": "FP16",
-    "int64": "INT64",
-    "int32": "INT32",
-    "int8": "INT8",
-    "uint8": "UINT8",
-    "bool": "BOOL",
-}
 COLUMNS = [
     "output",
     "batch",
@@ -61,7 +53,7 @@ def compare_outputs(
     rows = []
     for name, expected in reference.items():
         if name not in tolerance:
-            raise ValueError(
+            raise ConfigError(
                 f"no tolerance configured for output {name!r}; configured: {sorted(tolerance)}"
             )
         if name not in actual:
@@ -94,67 +86,6 @@ def compare_outputs(
             }
         )
     return rows
-
-
-def infer_triton(
-    url: str,
-    model_name: str,
-    feeds: dict[str, np.ndarray],
-    output_names: list[str],
-    timeout_s: float = 120.0,
-) -> dict[str, np.ndarray]:
-    """One inference over HTTP, sending the inputs the served model takes (see served_feeds)."""
-    import tritonclient.http as httpclient
-
-    client = httpclient.InferenceServerClient(
-        url, connection_timeout=timeout_s, network_timeout=timeout_s
-    )
-    try:
-        metadata = client.get_model_metadata(model_name)
-        inputs = []
-        for name, array in served_feeds(feeds, metadata["inputs"]).items():
-            tensor = httpclient.InferInput(
-                name, list(array.shape), NUMPY_TO_TRITON[str(array.dtype)]
-            )
-            tensor.set_data_from_numpy(array, binary_data=True)
-            inputs.append(tensor)
-        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in output_names]
-        result = client.infer(model_name, inputs, outputs=outputs)
-        return {n: result.as_numpy(n) for n in output_names}
-    finally:
-        client.close()
-
-
-TRITON_TO_NUMPY = {v: k for k, v in NUMPY_TO_TRITON.items()}
-
-
-def served_inputs(url: str, model_name: str, timeout_s: float = 120.0) -> list[dict[str, Any]]:
-    """The served model's inputs (name, datatype, shape) from its metadata."""
-    import tritonclient.http as httpclient
-
-    client = httpclient.InferenceServerClient(
-        url, connection_timeout=timeout_s, network_timeout=timeout_s
-    )
-    try:
-        return list(client.get_model_metadata(model_name)["inputs"])
-    finally:
-        client.close()
-
-
-def served_feeds(
-    feeds: dict[str, np.ndarray], served_inputs: list[dict[str, Any]]
-) -> dict[str, np.ndarray]:
-    """``feeds`` reduced to the inputs the served model declares (model metadata ``inputs``),
-    each in the declared data type. A native backend serves the artifact's own inputs (an ONNX
-    export drops unused ones) and types (a TensorRT plan takes int32 for int64); on the python
-    backend these are exactly the model's inputs and types."""
-    missing = [i["name"] for i in served_inputs if i["name"] not in feeds]
-    if missing:
-        raise ValueError(f"the served model takes inputs {missing} the model does not have")
-    return {
-        i["name"]: feeds[i["name"]].astype(TRITON_TO_NUMPY[i["datatype"]], copy=False)
-        for i in served_inputs
-    }
 
 
 def format_failure(rows: list[dict[str, Any]]) -> str:
@@ -197,7 +128,7 @@ def task_rows(
         outputs.append(infer(feeds))
         labels.append(label)
     if not outputs:
-        raise ValueError(f"data set {path!r} yielded no batches")
+        raise DataError(f"data set {path!r} yielded no batches")
     values = family.task_metric(outputs, labels)
     threshold = task.get("threshold")
     rows = []

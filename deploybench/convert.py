@@ -24,15 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
-from .errors import NeedsGPU
-from .io import atomic_path
+from .errors import ConfigError, NeedsGPU
+from .io import MIB, atomic_path
 from .provenance import package_versions
-from .tensors import TensorSpec
+from .tensors import ONNX_TO_NUMPY, TensorSpec
 
 CONVERTERS = ("tensorrt", "onnx-fp16", "torchscript-fp16", "tf-trt")
 NEEDS_GPU = frozenset({"tensorrt", "torchscript-fp16", "tf-trt"})
-MIB = 2**20
 
 # A TensorRT optimisation profile: per input, the full (batch-first) min/opt/max shapes.
 Profile = dict[str, dict[str, tuple[int, ...]]]
@@ -153,9 +151,6 @@ def trtexec_version() -> tuple[int, int] | None:
 # ---------------------------------------------------------------------------- ONNX
 
 
-ONNX_TYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
-
-
 def onnx_inputs(path: Path) -> list[tuple[str, str, tuple[int, ...]]]:
     """The graph inputs an ONNX file really takes (name, dtype, shape without the batch; -1 for a
     dynamic dimension). Exporters drop inputs the graph does not use (TFT keeps 3 of 8)."""
@@ -170,7 +165,7 @@ def onnx_inputs(path: Path) -> list[tuple[str, str, tuple[int, ...]]]:
         tensor = value.type.tensor_type
         dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
         found.append(
-            (value.name, ONNX_TYPES.get(tensor.elem_type, str(tensor.elem_type)), dims[1:])
+            (value.name, ONNX_TO_NUMPY.get(tensor.elem_type, str(tensor.elem_type)), dims[1:])
         )
     return found
 
@@ -314,7 +309,9 @@ def convert(
     GPU-only converters check for a GPU after working out what they would run.
     """
     if converter not in CONVERTERS:
-        raise ValueError(f"unknown converter {converter!r}; valid choices: {', '.join(CONVERTERS)}")
+        raise ConfigError(
+            f"unknown converter {converter!r}; valid choices: {', '.join(CONVERTERS)}"
+        )
     record: dict[str, Any] = {
         "converter": converter,
         "precision": precision,

@@ -20,7 +20,6 @@ from typing import Any
 from .config import ConfigError
 from .io import atomic_path, sha256_of, write_json
 
-ROLES = ("framework", "triton")
 IMAGE_DIR = "images"
 # Build arguments a definition reads ({{ NAME }}), from the image's config keys.
 BUILD_ARGS = {"from": "FROM", "sdk": "SDK", "requirements": "REQUIREMENTS"}

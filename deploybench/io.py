@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+MIB = 2**20  # bytes in a mebibyte: workspace sizes are configured, and memory reported, in MiB
+
 
 @contextlib.contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:

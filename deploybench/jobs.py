@@ -170,17 +170,11 @@ def accuracy(
     provenance: str,
     server_log: str,
 ) -> None:
-    from .accuracy import (
-        COLUMNS,
-        TASK_COLUMNS,
-        AccuracyError,
-        compare_outputs,
-        format_failure,
-        infer_triton,
-        task_rows,
-    )
+    from .accuracy import COLUMNS, TASK_COLUMNS, compare_outputs, format_failure, task_rows
     from .checkpoint import read_workflow_checkpoint
+    from .errors import AccuracyError
     from .server import graceful_signals
+    from .triton_client import infer_triton
 
     model, model_name = spec["model"], spec["model_name"]
     settings, run = spec["accuracy"], spec["run"]
@@ -231,7 +225,6 @@ def perf(
     perf_log: str,
 ) -> None:
     """One scenario (offline | online): perf_analyzer over its points, one server."""
-    from .accuracy import infer_triton, served_feeds, served_inputs
     from .perf import COLUMNS as PERF_COLUMNS
     from .perf import (
         SCENARIOS,
@@ -243,6 +236,7 @@ def perf(
         write_input_data,
     )
     from .server import graceful_signals
+    from .triton_client import infer_triton, served_feeds, served_inputs
 
     scenario, run = spec["scenario"], spec["run"]
     model, model_name = spec["model"], spec["model_name"]
@@ -301,20 +295,22 @@ def plots(
     spec: PlotsSpec, *, offline: str, online: str, published: str, config: dict[str, Any]
 ) -> None:
     """The charts of one run: ``spec["stems"]`` maps a chart name to its file stem."""
+    import altair as alt
     import pandas as pd
 
     from . import plots as charts
+    from .chart_names import RunChart
     from .report import published_rows
 
     offline_rows, online_rows = pd.read_csv(offline), pd.read_csv(online)
     reference = published_rows(config, pd.read_csv(published), spec["run_path"])
-    built = {
-        "offline_throughput": charts.offline_throughput(offline_rows),
-        "offline_latency": charts.offline_latency(offline_rows),
-        "online_latency_breakdown": charts.online_latency_breakdown(online_rows),
-        "online_throughput_latency": charts.online_throughput_latency(online_rows),
-        "published_offline": charts.published_overlay(offline_rows, reference, "offline"),
-        "published_online": charts.published_overlay(online_rows, reference, "online"),
+    built: dict[str, alt.Chart] = {
+        RunChart.OFFLINE_THROUGHPUT: charts.offline_throughput(offline_rows),
+        RunChart.OFFLINE_LATENCY: charts.offline_latency(offline_rows),
+        RunChart.ONLINE_LATENCY_BREAKDOWN: charts.online_latency_breakdown(online_rows),
+        RunChart.ONLINE_THROUGHPUT_LATENCY: charts.online_throughput_latency(online_rows),
+        RunChart.PUBLISHED_OFFLINE: charts.published_overlay(offline_rows, reference, "offline"),
+        RunChart.PUBLISHED_ONLINE: charts.published_overlay(online_rows, reference, "online"),
     }
     options = spec["options"]
     for name, stem in spec["stems"].items():

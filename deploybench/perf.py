@@ -29,41 +29,13 @@ from typing import Any
 import numpy as np
 
 from . import tools
+from .columns import CSV_COLUMNS, LATENCY_COLUMNS, THROUGHPUT_COLUMNS
 from .errors import PerfError
 from .server import SHM_DIR
 
 log = logging.getLogger(__name__)
 
-# perf_analyzer CSV column (µs) → our column (ms), named as in the published tables.
-LATENCY_COLUMNS = {
-    "Client Send": "client_send_ms",
-    "Network+Server Send/Recv": "network_server_send_recv_ms",
-    "Server Queue": "server_queue_ms",
-    "Server Compute Input": "server_compute_input_ms",
-    "Server Compute Infer": "server_compute_infer_ms",
-    "Server Compute Output": "server_compute_output_ms",
-    "Client Recv": "client_recv_ms",
-    "p50 latency": "p50_latency_ms",
-    "p90 latency": "p90_latency_ms",
-    "p95 latency": "p95_latency_ms",
-    "p99 latency": "p99_latency_ms",
-    "Avg latency": "avg_latency_ms",
-}
-COLUMNS = [
-    "model",
-    "gpu",
-    "format",
-    "precision",
-    "scenario",
-    "batch",
-    "concurrency",
-    "throughput",
-    *LATENCY_COLUMNS.values(),
-    "request_count",
-    "measured_requests",
-    "stable",
-    "attempts",
-]
+COLUMNS = CSV_COLUMNS  # the CSV a scenario's measurement writes, in its order
 UNSTABLE_MARKER = "Failed to obtain stable measurement"
 NO_STABILITY_CHECK = "1000"  # --stability-percentage: any variation passes
 
@@ -95,14 +67,6 @@ class MeasureSettings:
     retry_request_step: int = 50
     warmup_factor: int = 2  # warm-up uses this many times the requests; 0: no warm-up
     timeout_s: float = 600.0
-
-
-def offline_points(batch_sizes: list[int]) -> list[Point]:
-    return [Point(b, 1) for b in batch_sizes]
-
-
-def online_points(batch: int, concurrency: list[int]) -> list[Point]:
-    return [Point(batch, c) for c in concurrency]
 
 
 def write_input_data(feeds: dict[str, np.ndarray], path: Path) -> None:
@@ -221,7 +185,7 @@ def parse_result(csv_path: Path, stdout: str) -> dict[str, Any]:
     if len(rows) != 1:
         raise PerfError(f"{csv_path}: expected one measurement row, found {len(rows)}")
     raw = rows[0]
-    row: dict[str, Any] = {"throughput": float(raw["Inferences/Second"])}
+    row: dict[str, Any] = {dst: float(raw[src]) for src, dst in THROUGHPUT_COLUMNS.items()}
     for src, dst in LATENCY_COLUMNS.items():
         row[dst] = float(raw[src]) / 1000.0
     match = re.search(r"Client:\s*\n\s*Request count:\s*(\d+)", stdout)

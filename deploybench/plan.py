@@ -21,8 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
-from .config import ConfigError, Run, check_path, online_grid, resolve
-from .convert import CONVERTERS, MIB
+from .config import Run, check_path, online_grid, resolve
+from .convert import CONVERTERS
+from .errors import ConfigError
+from .io import MIB
 from .models import CHECKPOINT_FILES, framework_of
 
 SCENARIOS = ("offline", "online")
@@ -398,7 +400,7 @@ class RunPlan:
 
 def _check_step(step: str, valid: tuple[str, ...]) -> None:
     if step not in valid:
-        raise ValueError(f"unknown step {step!r}; valid choices: {', '.join(valid)}")
+        raise ConfigError(f"unknown step {step!r}; valid choices: {', '.join(valid)}")
 
 
 def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: str) -> RunPlan:

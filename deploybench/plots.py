@@ -15,6 +15,7 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from .columns import chart_labels
 from .io import atomic_path
 
 CONFIG_FIELDS = ("gpu", "format", "precision")
@@ -27,22 +28,9 @@ BATCH_TITLE = "Batch size"
 CONCURRENCY_TITLE = "Concurrent client requests"
 
 # Latency quantiles of the offline graphs, drawn as one dash style each.
-QUANTILES = {
-    "p50_latency_ms": "p50",
-    "p90_latency_ms": "p90",
-    "p99_latency_ms": "p99",
-    "avg_latency_ms": "avg",
-}
+QUANTILES = chart_labels("quantile")
 # The online breakdown's components, bottom of the stack first, as in the seed pages' tables.
-COMPONENTS = {
-    "client_send_ms": "Client Send",
-    "network_server_send_recv_ms": "Network+Server Send/Recv",
-    "server_queue_ms": "Server Queue",
-    "server_compute_input_ms": "Server Compute Input",
-    "server_compute_infer_ms": "Server Compute Infer",
-    "server_compute_output_ms": "Server Compute Output",
-    "client_recv_ms": "Client Recv",
-}
+COMPONENTS = chart_labels("component")
 SCENARIO_X = {"offline": "batch", "online": "concurrency"}
 
 

@@ -15,27 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from .columns import TABLE_LABELS
 from .config import ConfigError, reference_run
 
-# The seed pages' table columns, in their order.
-TABLE_COLUMNS = {
-    "batch": "Batch",
-    "concurrency": "Concurrency",
-    "throughput": "Inferences/Second",
-    "client_send_ms": "Client Send (ms)",
-    "network_server_send_recv_ms": "Network+Server Send/Recv (ms)",
-    "server_queue_ms": "Server Queue (ms)",
-    "server_compute_input_ms": "Server Compute Input (ms)",
-    "server_compute_infer_ms": "Server Compute Infer (ms)",
-    "server_compute_output_ms": "Server Compute Output (ms)",
-    "client_recv_ms": "Client Recv (ms)",
-    "p50_latency_ms": "p50 latency (ms)",
-    "p90_latency_ms": "p90 latency (ms)",
-    "p95_latency_ms": "p95 latency (ms)",
-    "p99_latency_ms": "p99 latency (ms)",
-    "avg_latency_ms": "avg latency (ms)",
-    "stable": "Stable",
-}
 POINT = ["scenario", "batch", "concurrency"]
 
 
@@ -141,9 +123,9 @@ def run_section(
         "### Plots",
         *[f"![{Path(p).stem}]({p})" for p in plots],
         "### Offline: static batching, concurrency 1",
-        markdown_table(offline, TABLE_COLUMNS),
+        markdown_table(offline, TABLE_LABELS),
         "### Online: dynamic batching over concurrency",
-        markdown_table(online, TABLE_COLUMNS),
+        markdown_table(online, TABLE_LABELS),
         "### Provenance",
         provenance_summary(provenance),
     ]

@@ -14,17 +14,9 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from .tensors import TensorSpec
+from .errors import ConfigError
+from .tensors import NUMPY_TO_TRITON_CONFIG, TensorSpec
 
-TRITON_TYPES = {
-    "float32": "TYPE_FP32",
-    "float16": "TYPE_FP16",
-    "int64": "TYPE_INT64",
-    "int32": "TYPE_INT32",
-    "int8": "TYPE_INT8",
-    "uint8": "TYPE_UINT8",
-    "bool": "TYPE_BOOL",
-}
 INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU")
 
 
@@ -84,12 +76,13 @@ def build_model_config(
 
 
 def _data_type(spec: TensorSpec) -> int:
-    if spec.dtype not in TRITON_TYPES:
-        raise ValueError(
+    # a dtype can come from the config (formats.<f>.tensor_types)
+    if spec.dtype not in NUMPY_TO_TRITON_CONFIG:
+        raise ConfigError(
             f"tensor {spec.name!r}: dtype {spec.dtype!r} has no Triton type here; valid choices: "
-            f"{', '.join(TRITON_TYPES)}"
+            f"{', '.join(NUMPY_TO_TRITON_CONFIG)}"
         )
-    return int(model_config_pb2.DataType.Value(TRITON_TYPES[spec.dtype]))
+    return int(model_config_pb2.DataType.Value(NUMPY_TO_TRITON_CONFIG[spec.dtype]))
 
 
 def to_pbtxt(config: model_config_pb2.ModelConfig) -> str:

@@ -12,6 +12,7 @@ from snakemake.utils import validate
 
 from snakemake.settings.types import DeploymentMethod
 
+from deploybench import chart_names
 from deploybench import config as dbconfig
 from deploybench import images
 from deploybench import plan as dbplan
@@ -275,18 +276,11 @@ def framework_mem_mb(wildcards):
 
 # --- Plots and reports ---------------------------------------------------------------------
 PUBLISHED = workflow.source_path("../config/reference/published.csv")
-PLOTS = (
-    "offline_throughput",
-    "offline_latency",
-    "online_latency_breakdown",
-    "online_throughput_latency",
-    "published_offline",
-    "published_online",
-)
+PLOTS = chart_names.RUN_CHARTS
 SCENARIOS = dbplan.SCENARIOS
 PLOT_STEM = f"{RUN_DIR}/plots/{{name}}"
 REPORT_DIR = "reports/{report_set}"
-COMPARISON_STEM = f"{REPORT_DIR}/{{model}}/comparison_{{scenario}}"
+COMPARISON_STEM = f"{REPORT_DIR}/{{model}}/{chart_names.comparison_chart('{scenario}')}"
 
 
 wildcard_constraints:
@@ -300,7 +294,7 @@ def plot_files(ext):
 
 def comparison_files():
     return [
-        f"{REPORT_DIR}/{{model}}/comparison_{scenario}.{ext}"
+        f"{REPORT_DIR}/{{model}}/{chart_names.comparison_chart(scenario)}.{ext}"
         for scenario in SCENARIOS
         for ext in ("svg", "png", "html")
     ]

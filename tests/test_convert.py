@@ -19,6 +19,7 @@ import torch
 from deploybench import config as dbc
 from deploybench import convert as cv
 from deploybench import jobs
+from deploybench.io import MIB
 from deploybench.models import load_family
 from deploybench.plan import conversion_settings
 from deploybench.tensors import TensorSpec
@@ -82,7 +83,7 @@ def test_every_trt_run_has_the_seed_pages_profile_and_workspace():
             f"{s.name}:{'x'.join(map(str, (max_batch, *s.shape)))}" for s in family.inputs
         )
         # the seed's workspace in bytes, as MiB (rounded up)
-        workspace = math.ceil(seed_value(page, workspace_re) / cv.MIB)
+        workspace = math.ceil(seed_value(page, workspace_re) / MIB)
         assert f"--memPoolSize=workspace:{workspace}M" in cmd
         assert ("--fp16" in cmd) == (run.precision == "fp16")
 

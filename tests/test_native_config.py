@@ -15,12 +15,12 @@ from tritonclient.grpc import model_config_pb2
 
 from deploybench import config as dbc
 from deploybench import jobs
-from deploybench.accuracy import served_feeds
 from deploybench.io import sha256_of
 from deploybench.models import load_family
 from deploybench.plan import serving
 from deploybench.repository import model_config
 from deploybench.tensors import TensorSpec
+from deploybench.triton_client import served_feeds
 from deploybench.triton_config import build_model_config, to_pbtxt
 from tests.conftest import REPO, base_config, smoke_config
 

@@ -62,7 +62,7 @@ def wait_no_processes(text: str, timeout: float = 20.0) -> list:
 def test_server_starts_serves_and_stops(tmp_path):
     import numpy as np
 
-    from deploybench.accuracy import infer_triton
+    from deploybench.triton_client import infer_triton
 
     repo = make_repository(tmp_path)
     with srv.TritonServer(repo, tmp_path / "server.log") as server:

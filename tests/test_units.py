@@ -9,8 +9,9 @@ import pytest
 from deploybench import accuracy, perf
 from deploybench.plan import PLATFORMS
 from deploybench.repository import build_repository, model_config
-from deploybench.tensors import TensorSpec
+from deploybench.tensors import TENSOR_TYPES, TensorSpec
 from deploybench.triton_config import to_pbtxt
+from tests.conftest import REPO
 
 PA_CSV = (
     "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
@@ -211,6 +212,21 @@ def test_config_pbtxt_for_python_backend():
 def test_config_pbtxt_for_native_gpu_backend():
     text = to_pbtxt(_config("tensorrt"))
     assert 'platform: "tensorrt_plan"' in text and "KIND_GPU" in text and "parameters" not in text
+
+
+def test_each_tensor_type_is_named_alike_by_numpy_triton_onnx_and_the_schema():
+    """The one table (tensors.TENSOR_TYPES) against each library's own names for the types."""
+    import onnx.helper
+    import yaml
+    from tritonclient.grpc import model_config_pb2
+    from tritonclient.utils import np_to_triton_dtype
+
+    for t in TENSOR_TYPES:
+        assert np_to_triton_dtype(np.dtype(t.numpy)) == t.triton
+        assert t.triton_config in model_config_pb2.DataType.DESCRIPTOR.values_by_name
+        assert onnx.helper.tensor_dtype_to_np_dtype(t.onnx) == np.dtype(t.numpy)
+    schema = yaml.safe_load((REPO / "config" / "schema" / "config.schema.yaml").read_text())
+    assert schema["$defs"]["dtype"]["enum"] == [t.numpy for t in TENSOR_TYPES]
 
 
 def test_repository_layout_and_replacement(tmp_path):

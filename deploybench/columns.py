@@ -1,0 +1,92 @@
+"""The perf results' columns, each defined once: our name, perf_analyzer's, and their labels.
+
+perf writes the CSV in this order, the report heads its tables with the seed pages' labels and
+the charts name the latency components and quantiles with theirs; all three derive their
+tables from ``PERF_COLUMNS``. A leaf module: it imports nothing of deploybench.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# What a column holds: the run, the point measured, a measured value, or how the measurement
+# went. Latency components add up to the whole request (the online breakdown stacks them);
+# quantiles summarise it (the offline latency graph draws them).
+Role = Literal["run", "point", "throughput", "component", "quantile", "measurement"]
+LATENCY_ROLES: tuple[Role, ...] = ("component", "quantile")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str  # ours, in the CSV; latencies in ms
+    role: Role
+    perf_analyzer: str | None = None  # its --verbose-csv heading (latencies in µs there)
+    table_label: str | None = None  # the seed pages' table heading; None: not in the tables
+    chart_label: str | None = None  # its name in the charts; None: not drawn by name
+
+
+# The CSV's columns in its order, which the seed tables keep too; the latency components
+# bottom of the stack first, as in the seed pages' tables.
+# fmt: off
+PERF_COLUMNS: tuple[Column, ...] = (
+    Column("model", "run"),
+    Column("gpu", "run"),
+    Column("format", "run"),
+    Column("precision", "run"),
+    Column("scenario", "point"),
+    Column("batch", "point", table_label="Batch"),
+    Column("concurrency", "point", table_label="Concurrency"),
+    Column("throughput", "throughput", "Inferences/Second", "Inferences/Second"),
+    # name, role, perf_analyzer's heading, the seed table's heading, the chart's label
+    Column("client_send_ms", "component", "Client Send", "Client Send (ms)", "Client Send"),
+    Column("network_server_send_recv_ms", "component", "Network+Server Send/Recv",
+           "Network+Server Send/Recv (ms)", "Network+Server Send/Recv"),
+    Column("server_queue_ms", "component", "Server Queue", "Server Queue (ms)", "Server Queue"),
+    Column("server_compute_input_ms", "component", "Server Compute Input",
+           "Server Compute Input (ms)", "Server Compute Input"),
+    Column("server_compute_infer_ms", "component", "Server Compute Infer",
+           "Server Compute Infer (ms)", "Server Compute Infer"),
+    Column("server_compute_output_ms", "component", "Server Compute Output",
+           "Server Compute Output (ms)", "Server Compute Output"),
+    Column("client_recv_ms", "component", "Client Recv", "Client Recv (ms)", "Client Recv"),
+    Column("p50_latency_ms", "quantile", "p50 latency", "p50 latency (ms)", "p50"),
+    Column("p90_latency_ms", "quantile", "p90 latency", "p90 latency (ms)", "p90"),
+    # The seed pages' latency graphs leave p95 out; their tables keep it.
+    Column("p95_latency_ms", "quantile", "p95 latency", "p95 latency (ms)"),
+    Column("p99_latency_ms", "quantile", "p99 latency", "p99 latency (ms)", "p99"),
+    Column("avg_latency_ms", "quantile", "Avg latency", "avg latency (ms)", "avg"),
+    Column("request_count", "measurement"),
+    Column("measured_requests", "measurement"),
+    Column("stable", "measurement", table_label="Stable"),
+    Column("attempts", "measurement"),
+)
+# fmt: on
+
+CSV_COLUMNS: list[str] = [column.name for column in PERF_COLUMNS]
+
+
+def _perf_analyzer_columns(roles: tuple[Role, ...]) -> dict[str, str]:
+    return {
+        column.perf_analyzer: column.name
+        for column in PERF_COLUMNS
+        if column.role in roles and column.perf_analyzer is not None
+    }
+
+
+# perf_analyzer's heading → our column: throughput taken as it is, latencies from µs to ms.
+THROUGHPUT_COLUMNS: dict[str, str] = _perf_analyzer_columns(("throughput",))
+LATENCY_COLUMNS: dict[str, str] = _perf_analyzer_columns(LATENCY_ROLES)
+# Our column → the seed pages' table heading, in the tables' order.
+TABLE_LABELS: dict[str, str] = {
+    column.name: column.table_label for column in PERF_COLUMNS if column.table_label is not None
+}
+
+
+def chart_labels(role: Role) -> dict[str, str]:
+    """Our column → its chart label, for the drawn columns of ``role``, in the CSV's order."""
+    return {
+        column.name: column.chart_label
+        for column in PERF_COLUMNS
+        if column.role == role and column.chart_label is not None
+    }
