@@ -11,7 +11,12 @@ from deploybench.checkpoint import load_checkpoint, prepare_checkpoint, write_se
 from deploybench.export import export_model
 from deploybench.models import load_family
 from deploybench.runtime import load_runner
-from tests.dle_fixtures import dle_fixture, tft_reference_checkpoint, write_tft_train_checkpoint
+from tests.dle_fixtures import (
+    dle_fixture,
+    seeded_values,
+    tft_reference_checkpoint,
+    write_tft_train_checkpoint,
+)
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +221,23 @@ def test_dle_checkpoint_of_another_architecture_names_its_keys(tmp_path):
     assert "missing (1): quantile_proj.bias" in message
     assert "unexpected (1): history_vsn.var_grns.4.lin_a.weight" in message
     assert not (tmp_path / "out.pt").exists()
+
+
+@pytest.mark.parametrize("model", ["tft", "tft_traffic"])
+def test_full_size_dle_checkpoint_lands_name_by_name(model, tmp_path):
+    """Electricity and traffic at their full sizes, in DLE 23.04+'s layout: every tensor of the
+    checkpoint is read back from the served module under the name it had in DLE."""
+    from tests.conftest import base_config
+
+    dataset = {"tft": "electricity", "tft_traffic": "traffic"}[model]
+    facts = dle_fixture(f"tft-{dataset}")["layouts"]["TFTpart2"]
+    family = load_family("tft", base_config()["models"][model]["hparams"])
+    state = seeded_values(facts["parameters"], 3)
+    [mask] = facts["buffers"]
+    state[mask] = family.init_state(0)["model"][mask.removeprefix("TFTpart2.")]
+    folder = write_tft_train_checkpoint(tmp_path / f"{dataset}_bin", state)
+    prepare_checkpoint(family, str(folder), 0, tmp_path / "out.pt")
+    served = family.serving_module(load_checkpoint(tmp_path / "out.pt"))
+    weights = served.model.state_dict()
+    for name, value in state.items():
+        assert torch.equal(weights[name.removeprefix("TFTpart2.")], value), name
