@@ -114,13 +114,27 @@ STATE_DICT_KEYS = ("model", "state_dict")
 # FastPitch train.py keeps its exponential moving average beside "state_dict".
 EMA_STATE_DICT_KEY = "ema_state_dict"
 # Prefixes of wrappers around the network: DistributedDataParallel's ``module``, and the
-# attribute that holds the network in DLE's Lightning module (nnU-Net's ``self.model``).
+# attribute that holds the network in DLE's Lightning module (nnU-Net's ``self.model``; its
+# other members, e.g. the 2021 Dice metric's persistent ``dice.n_updates``, are not weights).
 DDP_PREFIX = "module."
 LIGHTNING_PREFIX = "model."
 
 
 def _is_lightning(file: Path, data: dict[str, Any]) -> bool:
     return file.suffix == ".ckpt" or "pytorch-lightning_version" in data
+
+
+def lightning_network(state: dict[str, Any]) -> dict[str, Any]:
+    """The network's weights in a Lightning module's state dict: the entries under its
+    ``model.`` attribute, prefix stripped, other members dropped; ``state`` as it is if it
+    holds no such entries (already stripped, or a network saved on its own)."""
+    if not any(k.startswith(LIGHTNING_PREFIX) for k in state):
+        return state
+    return {
+        k.removeprefix(LIGHTNING_PREFIX): v
+        for k, v in state.items()
+        if k.startswith(LIGHTNING_PREFIX)
+    }
 
 
 def _is_state_dict(data: Any) -> bool:
@@ -166,12 +180,8 @@ def read_state_dict(path: str | Path, *, ema: bool = False, model: str = "DLE") 
         state = data[key]
     if not _is_state_dict(state):
         raise CheckpointError(f"{file}: the checkpoint's weights are not a state dict of tensors")
-    if _is_lightning(file, data) and any(k.startswith(LIGHTNING_PREFIX) for k in state):
-        state = {
-            k.removeprefix(LIGHTNING_PREFIX): v
-            for k, v in state.items()
-            if k.startswith(LIGHTNING_PREFIX)
-        }
+    if _is_lightning(file, data):
+        state = lightning_network(state)
     return {k.removeprefix(DDP_PREFIX): v.contiguous() for k, v in state.items()}
 
 

@@ -21,6 +21,7 @@ import torch
 from deploybench.checkpoint_io import read_state_dict, resolve_checkpoint_file, torch_load
 from deploybench.models import load_family
 from deploybench.unpickle import Placeholder, UnsafePickleError
+from tests.test_tft_metrics import SMALL as TFT_SMALL_HPARAMS
 
 WEIGHTS = {"conv.weight": torch.arange(6.0).reshape(1, 2, 3), "conv.bias": torch.ones(1)}
 
@@ -221,16 +222,6 @@ def _load_unsafely(container, path):
     return torch.load(path, weights_only=False)
 
 
-TFT_SMALL = {
-    "static_categorical_inp_lens": [5],
-    "temporal_known_continuous_inp_size": 3,
-    "example_length": 12,
-    "encoder_length": 9,
-    "n_head": 2,
-    "hidden_size": 8,
-}
-
-
 @pytest.mark.parametrize("container", ["raw", "zip", "legacy"])
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_crafted_files_are_refused_with_nothing_run(payload_env, payload, container):
@@ -243,7 +234,7 @@ def test_crafted_files_are_refused_with_nothing_run(payload_env, payload, contai
     folder = tmp_path / "data"
     folder.mkdir()
     file = folder / ("test.bin" if container == "raw" else "checkpoint.pt")
-    tft = load_family("tft", TFT_SMALL)
+    tft = load_family("tft", TFT_SMALL_HPARAMS)
     for protocol in PROTOCOLS:
         _write(container, obj, file, protocol)
         _load_unsafely(container, file)
@@ -377,7 +368,7 @@ def test_a_file_may_not_change_a_class_it_names(tmp_path):
     )
     (tmp_path / "test.bin").write_bytes(opcodes)
     eq = argparse.Namespace.__eq__
-    tft = load_family("tft", TFT_SMALL)
+    tft = load_family("tft", TFT_SMALL_HPARAMS)
     with pytest.raises(
         UnsafePickleError, match="refuses to set attributes of global 'argparse.Namespace'"
     ):

@@ -205,12 +205,11 @@ def dle_to_hf_names(state: dict[str, Any]) -> dict[str, Any]:
 
     DLE fuses bias and activation in ``LinearActivation`` modules named ``dense_act`` (HF:
     ``dense``); its QA model carries a pooler that the QA head never reads (HF's QA model has
-    none), so it is dropped. DDP's ``module.`` prefix and TF-style ``gamma``/``beta`` (which
-    DLE's own loader also accepts) are normalised too.
+    none), so it is dropped. TF-style ``gamma``/``beta`` (which DLE's own loader also accepts)
+    are normalised too; DDP's ``module.`` prefix is the checkpoint reader's.
     """
     out: dict[str, Any] = {}
-    for key, value in state.items():
-        name = key.removeprefix("module.")
+    for name, value in state.items():
         if name.startswith("bert.pooler."):
             continue
         name = name.replace(".dense_act.", ".dense.")

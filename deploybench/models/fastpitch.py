@@ -324,6 +324,29 @@ class TemporalPredictor(nn.Module):
         return self.fc(out).masked_fill(pad, 0.0).squeeze(2)
 
 
+def predictor(cfg: FastPitchConfig, quantity: str) -> TemporalPredictor:
+    """The predictor of ``quantity`` (``dur``, ``pitch``, ``energy``) over the encoder output,
+    sized by the hyper-parameters DLE names ``<quantity>_predictor_*``."""
+
+    def hp(name: str) -> Any:
+        return getattr(cfg, name.format(quantity))
+
+    return TemporalPredictor(
+        cfg.in_fft_output_size,
+        hp("{}_predictor_filter_size"),
+        hp("{}_predictor_kernel_size"),
+        hp("p_{}_predictor_dropout"),
+        hp("{}_predictor_n_layers"),
+    )
+
+
+def conditioning_embedding(cfg: FastPitchConfig, quantity: str) -> nn.Conv1d:
+    """The convolution that embeds one predicted value per symbol (``pitch``, ``energy``) into
+    the encoder's width (DLE's ``<quantity>_emb``)."""
+    k = getattr(cfg, f"{quantity}_embedding_kernel_size")
+    return nn.Conv1d(1, cfg.symbols_embedding_dim, k, padding=k // 2)
+
+
 def regulate_length(
     encoded: Tensor, durations: Tensor, pace: float, max_frames: int
 ) -> tuple[Tensor, Tensor]:
@@ -357,25 +380,11 @@ class FastPitch(nn.Module):
     def __init__(self, cfg: FastPitchConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        d = cfg.symbols_embedding_dim
         self.encoder = FFTransformer(cfg, "in", n_embed=cfg.n_symbols)
-        self.duration_predictor = TemporalPredictor(
-            cfg.in_fft_output_size,
-            cfg.dur_predictor_filter_size,
-            cfg.dur_predictor_kernel_size,
-            cfg.p_dur_predictor_dropout,
-            cfg.dur_predictor_n_layers,
-        )
+        self.duration_predictor = predictor(cfg, "dur")
         self.decoder = FFTransformer(cfg, "out")
-        self.pitch_predictor = TemporalPredictor(
-            cfg.in_fft_output_size,
-            cfg.pitch_predictor_filter_size,
-            cfg.pitch_predictor_kernel_size,
-            cfg.p_pitch_predictor_dropout,
-            cfg.pitch_predictor_n_layers,
-        )
-        k = cfg.pitch_embedding_kernel_size
-        self.pitch_emb = nn.Conv1d(1, d, k, padding=k // 2)
+        self.pitch_predictor = predictor(cfg, "pitch")
+        self.pitch_emb = conditioning_embedding(cfg, "pitch")
         # Training-set pitch statistics, stored in DLE's checkpoints; inference does not use them.
         self.register_buffer("pitch_mean", torch.zeros(1))
         self.register_buffer("pitch_std", torch.zeros(1))
@@ -383,15 +392,8 @@ class FastPitch(nn.Module):
         self.energy_predictor: TemporalPredictor | None = None
         self.energy_emb: nn.Conv1d | None = None
         if cfg.energy_conditioning:
-            self.energy_predictor = TemporalPredictor(
-                cfg.in_fft_output_size,
-                cfg.energy_predictor_filter_size,
-                cfg.energy_predictor_kernel_size,
-                cfg.p_energy_predictor_dropout,
-                cfg.energy_predictor_n_layers,
-            )
-            k = cfg.energy_embedding_kernel_size
-            self.energy_emb = nn.Conv1d(1, d, k, padding=k // 2)
+            self.energy_predictor = predictor(cfg, "energy")
+            self.energy_emb = conditioning_embedding(cfg, "energy")
         self.proj = nn.Linear(cfg.out_fft_output_size, cfg.n_mel_channels)
         with torch.no_grad():
             self.duration_predictor.fc.bias.fill_(math.log1p(cfg.init_frames_per_symbol))
@@ -595,10 +597,9 @@ class FastPitchFamily(TorchFamily):
         return {**state, "config": dict(self.cfg.__dict__)}
 
     def adapt_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
-        """DLE's names minus the ``module.`` prefix of distributed training, and without the
-        alignment module of FastPitch 1.1 (``attention.*``), which only training uses."""
-        stripped = {k.removeprefix("module."): v for k, v in state.items()}
-        return {k: v for k, v in stripped.items() if not k.startswith("attention.")}
+        """DLE's names without the alignment module of FastPitch 1.1 (``attention.*``), which
+        only training uses (the reader has already stripped DDP's ``module.``)."""
+        return {k: v for k, v in state.items() if not k.startswith("attention.")}
 
     def serving_module(self, checkpoint: dict[str, Any]) -> nn.Module:
         self.check_energy(checkpoint["model"])

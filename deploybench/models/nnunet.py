@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..checkpoint_io import lightning_network
 from ..errors import ConfigError, DataError, InputNotFound
 from ..tensors import TensorSpec
 from .base import Batch, TorchFamily, check_hparams
@@ -162,9 +163,6 @@ _DLE_2021_RENAMES = (
 _DEEP_SUPERVISION = re.compile(
     r"^(deep_supervision_heads\.\d+|skip_layers(\.next_layer)*\.super_head)\."
 )
-# DLE's LightningModule holds the network as ``self.model``; its other members (e.g. the 2021
-# Dice metric's persistent ``dice.n_updates``/``dice.dice``) are not weights of the network.
-_LIGHTNING_PREFIX = "model."
 
 
 def _dynunet_name(name: str) -> str:
@@ -219,12 +217,7 @@ class NnUNetFamily(TorchFamily):
         Weights of DLE's channels-last recipe (``--layout NDHWC``: ``model.to(memory_format=
         torch.channels_last_3d)``) need nothing here: same names, logical shapes and values,
         only their strides differ, and the generic reader makes every tensor contiguous."""
-        if any(k.startswith(_LIGHTNING_PREFIX) for k in state):
-            state = {
-                k[len(_LIGHTNING_PREFIX) :]: v
-                for k, v in state.items()
-                if k.startswith(_LIGHTNING_PREFIX)
-            }
+        state = lightning_network(state)
         adapted = {_dynunet_name(k): v for k, v in state.items() if not _DEEP_SUPERVISION.match(k)}
         with torch.device("meta"):  # names only: no memory, no draw from the global RNG
             skeleton = self.build()
