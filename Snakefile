@@ -18,6 +18,7 @@ include: "rules/repository.smk"
 include: "rules/accuracy.smk"
 include: "rules/perf.smk"
 include: "rules/report.smk"
+include: "rules/preflight.smk"
 
 
 rule all:

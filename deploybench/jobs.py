@@ -389,7 +389,7 @@ JOBS: dict[str, Callable[..., None]] = {
     "model_report": report,
 }
 # Inputs that only order the DAG; no job reads them.
-DAG_ONLY_INPUTS = ("image",)
+DAG_ONLY_INPUTS = ("image", "preflight")
 
 
 def job_arguments(

@@ -16,19 +16,22 @@ reruns ``online`` only). A new dimension of a run is added here and in the job t
 
 from __future__ import annotations
 
+import math
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from .config import Run, check_path, online_grid, resolve
-from .convert import CONVERTERS
+from .config import Run, all_runs, check_path, deep_merge, online_grid, resolve
+from .convert import CONVERTERS, tensorrt_command
 from .errors import ConfigError
 from .io import MIB
 from .models import CHECKPOINT_FILES, framework_of
 
 SCENARIOS = ("offline", "online")
 RUN_STEPS = ("convert", "repository", "accuracy", *SCENARIOS)
+MODEL_STEPS = ("prepare_checkpoint", "export")
 # What defines the network: the checkpoint job and every job that rebuilds the module read it.
 IDENTITY_KEYS = ("module", "hparams", "checkpoint", "checkpoint_ema", "seed")
 # `models.<m>.perf` values that say how each point is measured (perf.MeasureSettings).
@@ -219,6 +222,7 @@ class ModelPlan:
     export: Mapping[str, Any]  # models.<m>.export
     mem_mb: int  # what its framework jobs (checkpoint, export, convert) declare
     containers: Mapping[str, str]  # role (framework | triton) -> image name
+    runtime: Mapping[str, int]  # MODEL_STEPS -> time limit on a cluster (minutes)
 
     def identity_spec(self) -> ModelIdentity:
         identity: ModelIdentity = plain(self.identity)
@@ -243,6 +247,7 @@ def plan_model(config: dict[str, Any], model: str) -> ModelPlan:
         export=frozen(settings["export"]),
         mem_mb=int(settings["export"]["mem_mb"]),
         containers=frozen(settings["containers"]),
+        runtime=frozen({step: runtime_minutes(config, settings, step) for step in MODEL_STEPS}),
     )
 
 
@@ -337,6 +342,7 @@ class RunPlan:
     server: Mapping[str, Any]  # the workflow's `server` settings
     info: Mapping[str, Any]  # RunInfo
     gpu_request: GpuRequest
+    runtime: Mapping[str, int]  # RUN_STEPS -> time limit on a cluster (minutes)
 
     @property
     def path(self) -> str:
@@ -409,6 +415,7 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
     run = resolve(config, model, gpu, fmt, precision)
     how = serving(run)
     conversion = conversion_of(run)
+    points = {"offline": offline_points(run), "online": online_points(run)}
     return RunPlan(
         model=model,
         gpu=gpu,
@@ -423,11 +430,17 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         accelerator=str(run.format_settings.get("accelerator", "none")),
         triton=frozen(run.settings["triton"]),
         accuracy=frozen(run.settings["accuracy"]),
-        points=frozen({"offline": offline_points(run), "online": online_points(run)}),
+        points=frozen(points),
         measure=frozen(measure_settings(run)),
         server=frozen(config["server"]),
         info=frozen(run_info(run, how)),
         gpu_request=gpu_request(run),
+        runtime=frozen(
+            {
+                step: runtime_minutes(config, run.settings, step, len(points.get(step, ())))
+                for step in RUN_STEPS
+            }
+        ),
     )
 
 
@@ -578,8 +591,13 @@ def run_info(run: Run, how: ServingSpec) -> RunInfo:
 
 
 def gpu_request(run: Run) -> GpuRequest:
-    on_gpu = run.device == "gpu"
-    slurm = run.gpu_settings.get("slurm") or {}
+    return gpu_request_of(run.gpu_settings)
+
+
+def gpu_request_of(gpu_settings: Mapping[str, Any]) -> GpuRequest:
+    """What a job on this `gpus.<gpu>` entry's device asks for."""
+    on_gpu = gpu_settings["device"] == "gpu"
+    slurm = gpu_settings.get("slurm") or {}
     return GpuRequest(
         gpu=1 if on_gpu else 0,
         # a GPU model names what to allocate: nothing on a CPU device
@@ -587,3 +605,96 @@ def gpu_request(run: Run) -> GpuRequest:
         slurm_partition=slurm.get("partition"),
         constraint=slurm.get("constraint"),
     )
+
+
+def runtime_minutes(
+    config: dict[str, Any], settings: Mapping[str, Any], step: str, points: int = 0
+) -> int:
+    """The time limit of ``step``'s job on a cluster (`runtime`, minutes; sbatch --time): the
+    step's minutes plus ``points`` measurement points' minutes, times the margin; `runtime` in
+    the model's (sized) settings overrides the workflow's."""
+    table = deep_merge(dict(config["runtime"]), dict(settings.get("runtime") or {}))
+    steps = table["steps"]
+    if step not in steps:
+        raise ConfigError(f"runtime.steps has no {step!r}; it names: {', '.join(sorted(steps))}")
+    minutes = float(steps[step]) + points * float(table["per_point"])
+    return math.ceil(minutes * float(table["margin"]))
+
+
+# ---------------------------------------------------------------------------- preflight
+
+
+def images_of_gpu(config: dict[str, Any], gpu: str) -> dict[str, set[str]]:
+    """Image name -> the roles (framework | triton) it plays in the runs the config allows on
+    ``gpu``."""
+    used: dict[str, set[str]] = {}
+    for path in all_runs(config):
+        model, run_gpu = path.split("/")[:2]
+        if run_gpu == gpu:
+            for role, image in config["models"][model]["containers"].items():
+                used.setdefault(image, set()).add(role)
+    return used
+
+
+def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> dict[str, Any]:
+    """The preflight job of ``image`` on ``gpu``: what the runs on that GPU need of the image
+    (the Triton backends its runs serve with, the TensorRT converter's trtexec flags, the
+    frameworks whose CUDA must work), where it runs, and the image's release facts."""
+    gpus = config["gpus"]
+    if gpu not in gpus:
+        raise ConfigError(f"unknown gpu {gpu!r}; valid choices: {', '.join(sorted(gpus))}")
+    used = images_of_gpu(config, gpu)
+    if image not in used:
+        raise ConfigError(
+            f"no run on gpu {gpu!r} uses image {image!r}; valid choices: "
+            f"{', '.join(sorted(used)) or 'none'}"
+        )
+    runs = [
+        plan_run(config, *path.split("/"))
+        for path in all_runs(config)
+        if path.split("/")[1] == gpu
+        and image in config["models"][path.split("/")[0]]["containers"].values()
+    ]
+    roles = used[image]
+    role = "triton" if "triton" in roles else "framework"
+    frameworks = sorted(
+        {
+            FRAMEWORK_MODULES[framework_of(config["models"][r.model]["module"])]
+            for r in runs
+            if config["models"][r.model]["containers"].get(role) == image
+        }
+    )
+    backends = (
+        sorted({str(r.serving["backend"]) for r in runs}) if role == "triton" else []
+    )
+    converts_with_tensorrt = "framework" in roles and any(
+        r.conversion is not None and r.conversion.converter == "tensorrt" for r in runs
+    )
+    settings = gpus[gpu]
+    image_settings = config["images"][image]
+    return {
+        "gpu": gpu,
+        "gpu_name": str(settings["name"]),
+        "device": str(settings["device"]),
+        "image": image,
+        "role": role,
+        "release": plain(image_settings.get("release")),
+        "frameworks": frameworks,
+        "backends": backends,
+        "trtexec_flags": tensorrt_flags() if converts_with_tensorrt else [],
+        "slurm": plain(settings.get("slurm") or {}),
+        "server": plain(config["server"]),
+    }
+
+
+# The module whose CUDA a framework's jobs use.
+FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow"}
+
+
+def tensorrt_flags() -> list[str]:
+    """The trtexec options the convert step passes (current TensorRT), by name."""
+    one = {"x": {"min": (1,), "opt": (1,), "max": (1,)}}
+    cmd = tensorrt_command(
+        onnx=Path("x.onnx"), plan=Path("x.plan"), precision="fp16", profile=one, workspace_mb=1
+    )
+    return [arg.split("=", 1)[0] for arg in cmd[1:]]

@@ -3,6 +3,7 @@ rule accuracy:
         repository=repository_of,
         checkpoint=lambda w: checkpoint_of(w.model),
         image=image_input("triton"),
+        preflight=preflight_input("triton"),
     output:
         csv=f"{RUN_DIR}/accuracy.csv",
         task_csv=f"{RUN_DIR}/task.csv",
@@ -15,6 +16,7 @@ rule accuracy:
     resources:
         **gpu_resources(),
         triton_server=1,
+        runtime=run_runtime("accuracy"),
     params:
         spec=run_spec("accuracy"),
     script:

@@ -11,6 +11,7 @@ rule prepare_checkpoint:
         container_of("framework")
     resources:
         mem_mb=framework_mem_mb,
+        runtime=model_runtime("prepare_checkpoint"),
     params:
         spec=lambda w: model_plan(w.model).checkpoint_spec(),
     script:

@@ -178,6 +178,71 @@ def image_input(role):
     return inputs
 
 
+# --- Preflight (rules/preflight.smk): one job per GPU and image, before the runs on a cluster
+PREFLIGHT = "results/preflight/{gpu}/{image}.json"
+PREFLIGHT_LOG = "logs/preflight/{gpu}/{image}"
+# A target's run: results/{model}/{gpu}/{format}/{precision}/...
+RUN_TARGET = re.compile(r"^results/([^/]+)/([^/]+)/([^/]+)/([^/]+)/")
+
+
+@functools.cache
+def _preflight_plan(gpu, image):
+    return dbplan.plan_preflight(config, gpu, image)
+
+
+def preflight_spec(wildcards):
+    """For `params: spec=` of the preflight_check rule."""
+    return _preflight_plan(wildcards.gpu, wildcards.image)
+
+
+def preflight_resources():
+    """For `resources:` of the preflight_check rule: what a job on that GPU asks for."""
+
+    def setting(key):
+        return lambda w: getattr(dbplan.gpu_request_of(config["gpus"][w.gpu]), key)
+
+    return {f.name: setting(f.name) for f in dataclasses.fields(dbplan.GpuRequest)}
+
+
+def requested_runs():
+    """The runs among the targets Snakemake was asked for (result files of runs, and the
+    rules that stand for runs: `all`, `cpu`); the config's `targets` when none is one.
+    """
+    runs = set()
+    for target in workflow.dag_settings.targets:
+        match = RUN_TARGET.match(str(target))
+        if match and match.group(1) != "preflight":
+            runs.add("/".join(match.groups()))
+        elif target == "cpu":
+            runs.update(r for r in _runs() if run_fields(r)[1] == "cpu")
+        elif target == "all":
+            runs.update(config["targets"])
+    return sorted(runs or config["targets"])
+
+
+def preflight_reports(wildcards):
+    """Rule preflight's input: the report of every image the requested runs use, on each of
+    their GPUs."""
+    pairs = set()
+    for path in requested_runs():
+        plan = _run_plan(*run_fields(path))
+        for image in model_plan(plan.model).containers.values():
+            pairs.add((plan.gpu, image))
+    return [PREFLIGHT.format(gpu=g, image=i) for g, i in sorted(pairs)]
+
+
+def preflight_input(role):
+    """With `preflight.required`, a GPU job's input: its GPU and image's passed preflight."""
+
+    def inputs(w):
+        plan = plan_of(w)
+        if not config.get("preflight", {}).get("required") or plan.device != "gpu":
+            return []
+        return [PREFLIGHT.format(gpu=plan.gpu, image=image_of(w.model, role))]
+
+    return inputs
+
+
 # --- Checkpoint, export and the served artifact
 
 
@@ -267,6 +332,16 @@ def gpu_resources():
         return lambda w: getattr(plan_of(w).gpu_request, key)
 
     return {f.name: setting(f.name) for f in dataclasses.fields(dbplan.GpuRequest)}
+
+
+def run_runtime(step):
+    """For `resources: runtime=` of a run's step: its time limit on a cluster (minutes)."""
+    return lambda w: plan_of(w).runtime[step]
+
+
+def model_runtime(step):
+    """For `resources: runtime=` of a model's checkpoint and export steps."""
+    return lambda w: model_plan(w.model).runtime[step]
 
 
 def framework_mem_mb(wildcards):

@@ -3,6 +3,7 @@ rule convert:
     input:
         export=lambda w: export_path(plan_of(w).export),
         image=image_input("framework"),
+        preflight=preflight_input("framework"),
     output:
         artifact=CONVERTED,
         provenance=f"{CONVERTED}.provenance.json",
@@ -15,6 +16,7 @@ rule convert:
     resources:
         **gpu_resources(),
         mem_mb=framework_mem_mb,
+        runtime=run_runtime("convert"),
     params:
         spec=run_spec("convert"),
     script:

@@ -16,6 +16,7 @@ rule export:
         container_of("framework")
     resources:
         mem_mb=framework_mem_mb,
+        runtime=model_runtime("export"),
     params:
         spec=lambda w: export_plan(w).spec(),
     script:

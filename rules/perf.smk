@@ -8,6 +8,7 @@ rule offline:
     input:
         repository=repository_of,
         image=image_input("triton"),
+        preflight=preflight_input("triton"),
     output:
         csv=f"{RUN_DIR}/{{scenario}}.csv",
         provenance=f"{RUN_DIR}/{{scenario}}.provenance.json",
@@ -24,6 +25,7 @@ rule offline:
         # a whole GPU of its own: SLURM never hands an allocated GPU to a second job
         **gpu_resources(),
         triton_server=1,
+        runtime=lambda w: plan_of(w).runtime[w.scenario],
     params:
         spec=lambda w: plan_of(w).spec(w.scenario),
     script:

@@ -10,6 +10,8 @@ rule repository:
         f"{LOG_DIR}/repository.log",
     container:
         container_of("framework")
+    resources:
+        runtime=run_runtime("repository"),
     params:
         spec=run_spec("repository"),
     script:

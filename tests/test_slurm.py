@@ -12,15 +12,20 @@ import json
 import os
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from deploybench import plan as dbplan
 from tests.conftest import (
     BIN,
     REPO,
@@ -38,7 +43,13 @@ STANDIN_BIN = (
 RUN = "results/tft/cpu/onnx/fp32"
 CHAIN = [f"{RUN}/{name}" for name in ("accuracy.csv", "task.csv", "offline.csv", "online.csv")]
 GPU_JOB = "results/tft/A30/trt/fp16/convert/model.plan"
-SLURM_RULES = {"prepare_checkpoint", "export", "repository", "accuracy", "offline", "online"}
+PREFLIGHTS = [
+    f"results/preflight/{gpu}/{image}.json"
+    for gpu, image in (("cpu", "triton-25.01"), ("A30", "triton-25.01"), ("A30", "pytorch-25.01"))
+]
+# profiles/slurm's group job of the CPU run (its SLURM log folder's name)
+MEASUREMENT_GROUP = "group_run_accuracy_offline_online_repository"
+SHM = Path("/dev/shm")
 # Test-cluster settings on top of the profile: a 2-CPU node, squeue for job status (no slurmdbd
 # here: with sacct the plugin would lose the jobs), quick polling, and the per-job SLURM logs kept.
 CLUSTER_ARGS = (
@@ -79,8 +90,9 @@ def slurm_snakemake(
 def job_resources(output: str) -> dict[str, list[dict[str, str]]]:
     """Rule → the `resources:` of each of its jobs, from a dry run's job listing."""
     jobs: dict[str, list[dict[str, str]]] = {}
-    for block in re.split(r"\n(?=\[[^\n]*\]\n(?:local)?rule )", output):
-        rule = re.search(r"^(?:local)?rule (\w+):", block, re.MULTILINE)
+    # a group job lists its jobs indented
+    for block in re.split(r"\n(?=\s*\[[^\n]*\]\n\s*(?:local)?rule )", output):
+        rule = re.search(r"^\s*(?:local)?rule (\w+):", block, re.MULTILINE)
         res = re.search(r"^\s+resources: (.*)$", block, re.MULTILINE)
         if rule and res:
             pairs = (kv.split("=", 1) for kv in res.group(1).split(", "))
@@ -145,8 +157,86 @@ def test_profile_runs_jobs_in_containers_on_slurm():
     assert profile["executor"] == "slurm"
     assert profile["software-deployment-method"] == "apptainer"
     assert profile["apptainer-args"] == "--nv"
-    # on a cluster each measurement holds its own GPU: more than one server at a time
-    assert profile["resources"]["triton_server"] > 1
+    # one GPU and one server per allocation, not across the cluster (each job holds its own GPU)
+    assert {"gpu=local", "triton_server=local"} <= set(profile["set-resource-scopes"])
+    assert profile["resources"] == {"gpu": 1, "triton_server": 1}
+    assert profile["retries"] >= 1
+    grouped = dict(g.split("=") for g in profile["groups"])
+    assert grouped == {r: "run" for r in ("convert", "convert_directory", *dbplan.RUN_STEPS[1:])}
+
+
+def group_members(output: str) -> list[list[str]]:
+    """The rules of each group job in a dry run's listing."""
+    groups = []
+    for block in output.split("Group job run (jobs in lexicogr. order):")[1:]:
+        body = re.split(r"\n(?=\[)", block, maxsplit=1)[0]  # up to the next unindented job
+        groups.append(re.findall(r"^\s+rule (\w+):", body, re.MULTILINE))
+    return groups
+
+
+def test_dry_run_of_preflight_shows_its_jobs_on_the_gpu_partition(tmp_path):
+    """`snakemake -n --profile profiles/slurm preflight results/tft/A30/trt/fp16/online.csv`:
+    one preflight job per image of the run, each asking for the run's GPU in its partition;
+    the run's GPU steps grouped into one job, checkpoint and export apart."""
+    write_config(tmp_path, base_config())
+    result = slurm_snakemake(
+        tmp_path, "preflight", "results/tft/A30/trt/fp16/online.csv", timeout_s=120, dry_run=True
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    jobs = job_resources(out)
+    a30 = base_config()["gpus"]["A30"]["slurm"]
+    request = {"gpu": "1", "gpu_model": a30["gpu_model"], "slurm_partition": a30["partition"]}
+    assert len(jobs["preflight_check"]) == 2
+    for resources in jobs["preflight_check"]:
+        assert request.items() <= resources.items(), resources
+    for image in ("pytorch-25.01", "triton-25.01"):
+        assert f"results/preflight/A30/{image}.json" in out
+    assert group_members(out) == [["convert", "online", "repository"]]
+    config = base_config()
+    plan = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
+    assert jobs["online"][0]["runtime"] == str(plan.runtime["online"])
+    assert jobs["export"][0]["runtime"] == str(dbplan.plan_model(config, "tft").runtime["export"])
+
+
+def test_preflight_alone_checks_the_configured_targets(tmp_path):
+    """`snakemake preflight` with no run named: the runs of the config's `targets`."""
+    config = base_config()
+    config["targets"] = ["tft/cpu/onnx/fp32", "bert/A30/onnx/fp16"]
+    write_config(tmp_path, config)
+    result = slurm_snakemake(tmp_path, "preflight", timeout_s=120, dry_run=True)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    reports = sorted(set(re.findall(r"results/preflight/(\w+)/([\w.-]+)\.json", out)))
+    images = {
+        config["models"][m]["containers"][r]
+        for m in ("tft", "bert")
+        for r in ("framework", "triton")
+    }
+    assert reports == sorted({("cpu", i) for i in images} | {("A30", i) for i in images})
+    for resources in job_resources(out)["preflight_check"]:
+        assert resources["gpu"] in ("0", "1")
+
+
+def test_required_preflight_gates_every_gpu_job(tmp_path):
+    """`preflight.required`: every GPU job of a run needs its GPU and image's passed preflight."""
+    config = base_config()
+    config["preflight"] = {"required": True}
+    write_config(tmp_path, config)
+    result = slurm_snakemake(
+        tmp_path, "results/tft/A30/trt/fp16/online.csv", timeout_s=120, dry_run=True
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    inputs = {
+        rule: re.search(r"^\s+input: (.*)$", block, re.MULTILINE).group(1)
+        for block in re.split(r"\n(?=\s*\[[^\n]*\]\n\s*rule )", out)
+        if (rule := (re.search(r"^\s*rule (\w+):", block, re.MULTILINE) or [None, None])[1])
+        and re.search(r"^\s+input: ", block, re.MULTILINE)
+    }
+    assert "results/preflight/A30/pytorch-25.01.json" in inputs["convert"]
+    assert "results/preflight/A30/triton-25.01.json" in inputs["online"]
+    assert "results/preflight" not in inputs["export"]
 
 
 @pytest.mark.parametrize(
@@ -181,34 +271,112 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
+@dataclass
+class Cancelled:
+    """What the test saw of the measurement job it cancelled with scancel."""
+
+    job_id: str = ""
+    pids: list[int] = field(default_factory=list)  # its perf_analyzer, tritonserver and script
+    shm: set[str] = field(default_factory=set)  # /dev/shm entries made by the run at the time
+    gone_after_s: float | None = None  # when the last of ``pids`` had exited
+    left_shm: set[str] = field(default_factory=set)
+    partial: list[str] = field(default_factory=list)  # temporary outputs left in the results
+    error: str = ""
+
+
+def _job_of(proc: psutil.Process) -> str:
+    """The SLURM job a process runs in (SLURM puts SLURM_JOB_ID in its environment)."""
+    return proc.environ().get("SLURM_JOB_ID", "")
+
+
+def _cancel_first_measurement(wd: Path, shm_before: set[str], seen: Cancelled) -> None:
+    """When the run's first perf_analyzer runs, scancel its SLURM job (as preemption or a time
+    limit would end it) and watch what it leaves."""
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            procs = processes_mentioning(str(wd))
+            if any(p.name() == "perf_analyzer" for p in procs):
+                break
+            time.sleep(0.3)
+        else:
+            seen.error = "no perf_analyzer started"
+            return
+        perf = next(p for p in procs if p.name() == "perf_analyzer")
+        seen.job_id = _job_of(perf)
+        job = [p for p in procs if _job_of(p) == seen.job_id]
+        seen.pids = [p.pid for p in job]
+        seen.shm = {e.name for e in SHM.iterdir()} - shm_before
+        subprocess.run(["scancel", seen.job_id], check=True, timeout=30)
+        cancelled = time.monotonic()
+        _, alive = psutil.wait_procs([psutil.Process(pid) for pid in seen.pids], timeout=90)
+        if not alive:
+            seen.gone_after_s = time.monotonic() - cancelled
+        now = {e.name for e in SHM.iterdir()}
+        seen.left_shm = {n for n in seen.shm & now if not n.endswith(".lock")}
+        seen.partial = [str(p) for p in (wd / "results").rglob("*.tmp")]
+    except (psutil.Error, OSError, subprocess.SubprocessError, StopIteration) as error:
+        seen.error = repr(error)
+
+
 @pytest.fixture(scope="module")
 def slurm_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One Snakemake run through SLURM (one run: each costs the plugin's polling): the CPU chain
-    of tft at smoke sizes, and, with --keep-going, A30's convert job, which asks for the typed
-    stand-in GPU and fails at run time (no GPU here). The cpu and A30 gpus map to the test
-    cluster's partition."""
+    """One Snakemake run through SLURM (one run: each costs the plugin's polling), with the
+    profile's grouping, retries and preflight:
+    - the CPU chain of tft at smoke sizes (its measurement jobs one group job);
+    - with --keep-going, A30's convert job, which asks for the typed stand-in GPU and fails at run
+      time (no GPU here);
+    - the preflight of the CPU run's image (passes here) and of both A30 images (the GPU checks
+      fail);
+    - the chain's measurement job is cancelled with scancel while perf_analyzer runs, and is
+      retried (`--retries 1`: the profile's 2, less one to keep the failing GPU jobs quick).
+    The cpu and A30 gpus map to the test cluster's partition."""
     wd = tmp_path_factory.mktemp("slurm-run")
     config = smoke_config()
     config["gpus"]["cpu"]["slurm"] = {"partition": cluster.partition}
     config["gpus"]["A30"]["slurm"] = {"partition": cluster.partition, "gpu_model": GPU_TYPE}
     write_config(wd, config)
-    result = slurm_snakemake(wd, *CHAIN, GPU_JOB, *CLUSTER_ARGS, "--keep-going", timeout_s=420)
+    seen = Cancelled()
+    watcher = threading.Thread(
+        target=_cancel_first_measurement,
+        args=(wd, {e.name for e in SHM.iterdir()}, seen),
+        daemon=True,
+    )
+    watcher.start()
+    started = time.monotonic()
+    result = slurm_snakemake(
+        wd, *CHAIN, GPU_JOB, *PREFLIGHTS, *CLUSTER_ARGS, "--keep-going", "--retries", "1",
+        timeout_s=600,
+    )  # fmt: skip
+    watcher.join(timeout=120)
     out = result.stdout + result.stderr
-    jobs = {}  # rule -> (SLURM job id, the job's SLURM log)
+    submissions = []  # (kind, SLURM job id, its log): kind is `rule_<rule>` or `group_<...>`
     for job_id, log in SUBMITTED.findall(out):
-        jobs[Path(log).parent.parent.name.removeprefix("rule_")] = (job_id, Path(log))
-    return {"workdir": wd, "result": result, "out": out, "jobs": jobs}
+        kind = next(part for part in Path(log).parts if part.startswith(("rule_", "group_")))
+        submissions.append((kind, job_id, Path(log)))
+    return {
+        "workdir": wd,
+        "result": result,
+        "out": out,
+        "submissions": submissions,
+        "cancelled": seen,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def jobs_of(slurm_run: dict[str, Any], kind: str) -> list[tuple[str, Path]]:
+    return [(job_id, log) for k, job_id, log in slurm_run["submissions"] if k == kind]
 
 
 def test_cpu_chain_runs_through_slurm(slurm_run, cluster, smoke_run):
-    wd, out, jobs = slurm_run["workdir"], slurm_run["out"], slurm_run["jobs"]
-    # the only failure is the GPU job's (next test)
-    assert re.findall(r"Error in rule (\w+):", out) == ["convert"], out[-6000:]
+    wd, out = slurm_run["workdir"], slurm_run["out"]
+    # the failures are the GPU jobs' (the A30 convert and preflights) and the cancelled job's
+    failed = set(re.findall(r"Error in (?:rule|group) (\w+):", out))
+    assert failed <= {"convert", "preflight_check", "run"}, out[-6000:]
 
     # every job of the chain was a SLURM job, completed, with no GPU asked for
-    assert jobs.keys() == SLURM_RULES | {"convert"}, out[-6000:]
-    for rule in SLURM_RULES:
-        job_id, log = jobs[rule]
+    for kind in ("rule_prepare_checkpoint", "rule_export", MEASUREMENT_GROUP):
+        job_id, log = jobs_of(slurm_run, kind)[-1]
         assert log.exists()  # the job's own SLURM log
         job = scontrol_job(job_id)
         assert job["JobState"] == "COMPLETED", job
@@ -216,7 +384,7 @@ def test_cpu_chain_runs_through_slurm(slurm_run, cluster, smoke_run):
     assert cluster.squeue() == []
     # the jobs ran in their (stand-in) containers: PATH reached them through SLURM
     calls = [json.loads(line)["argv"] for line in (wd / "apptainer.log").open()]
-    assert sum(c[0] == "exec" for c in calls) >= len(SLURM_RULES)
+    assert sum(c[0] == "exec" for c in calls) >= 6
 
     # same shape as the local run of the same target
     for name in ("accuracy.csv", "task.csv", "offline.csv", "online.csv"):
@@ -231,18 +399,92 @@ def test_cpu_chain_runs_through_slurm(slurm_run, cluster, smoke_run):
     assert processes_mentioning(str(wd)) == []
 
 
+def test_a_run_waits_in_the_queue_once(slurm_run):
+    """profiles/slurm groups a run's repository, accuracy, offline and online into one job (the
+    CPU run stands in for a GPU run's shape, whose convert joins them); checkpoint and export
+    stay small jobs of their own. Its time limit is the sum of its steps' `runtime`."""
+    kinds = [kind for kind, _, _ in slurm_run["submissions"]]
+    chain = [k for k in kinds if k in ("rule_prepare_checkpoint", "rule_export")]
+    assert sorted(chain) == ["rule_export", "rule_prepare_checkpoint"], kinds
+    # no measurement step was submitted on its own: one group job (and its one retry, after the
+    # scancel of the next test)
+    assert not {f"rule_{r}" for r in ("repository", "accuracy", "offline", "online")} & set(kinds)
+    assert kinds.count(MEASUREMENT_GROUP) == 2, kinds
+    plan = dbplan.plan_run(smoke_config(), *RUN.split("/")[1:])
+    minutes = sum(plan.runtime[s] for s in ("repository", "accuracy", "offline", "online"))
+    job_id, _ = jobs_of(slurm_run, MEASUREMENT_GROUP)[-1]
+    hours, mins, secs = map(int, scontrol_job(job_id)["TimeLimit"].split(":"))
+    assert (hours * 60 + mins, secs) == (minutes, 0)
+
+
+def test_cancelled_job_leaves_nothing_and_is_retried(slurm_run):
+    """scancel (what preemption and a time limit do) stops the job's script, tritonserver and
+    perf_analyzer, leaves no shared memory and no partial output, and Snakemake submits the
+    job again (profiles/slurm: retries), which completes the run."""
+    seen, out = slurm_run["cancelled"], slurm_run["out"]
+    assert not seen.error, seen
+    assert seen.job_id == jobs_of(slurm_run, MEASUREMENT_GROUP)[0][0]
+    assert len(seen.pids) >= 3, seen  # the script, tritonserver, perf_analyzer (and stubs)
+    assert seen.gone_after_s is not None and seen.gone_after_s < 60, seen
+    assert seen.left_shm == set(), seen
+    assert seen.partial == [], seen
+    assert f"SLURM-job '{seen.job_id}' failed, SLURM status is: 'CANCELLED'" in out
+    assert scontrol_job(seen.job_id)["JobState"] == "CANCELLED"
+    retry, _ = jobs_of(slurm_run, MEASUREMENT_GROUP)[1]
+    assert scontrol_job(retry)["JobState"] == "COMPLETED"
+    assert (slurm_run["workdir"] / RUN / "online.csv").exists()
+
+
 def test_gpu_job_gets_its_gpu_and_failure_is_reported(slurm_run, cluster):
     """A30's convert job goes to SLURM with `--gpus=a30:1` in the mapped partition, fails inside
     its job (no GPU here), and Snakemake exits non-zero naming the failed SLURM job."""
     wd, result, out = slurm_run["workdir"], slurm_run["result"], slurm_run["out"]
     assert result.returncode == 1, out[-6000:]  # not 124/137: `timeout` did not have to stop it
-    job_id, log = slurm_run["jobs"]["convert"]
-    assert f"SLURM-job '{job_id}' failed, SLURM status is: 'FAILED'" in out
-    job = scontrol_job(job_id)
-    assert job["JobState"] == "FAILED"
-    assert job["Partition"] == cluster.partition
-    assert job["TresPerJob"] == f"gres:gpu:{GPU_TYPE}:1"
-    assert "needs a GPU node" in log.read_text()  # it failed at run time, inside the job
+    # the run's group holds only the convert job here (nothing else of that run was asked for)
+    attempts = jobs_of(slurm_run, "group_run_convert")
+    assert len(attempts) == 2  # the job and its one retry
+    for job_id, log in attempts:
+        assert f"SLURM-job '{job_id}' failed, SLURM status is: 'FAILED'" in out
+        job = scontrol_job(job_id)
+        assert job["JobState"] == "FAILED"
+        assert job["Partition"] == cluster.partition
+        assert job["TresPerJob"] == f"gres:gpu:{GPU_TYPE}:1"
+        assert "needs a GPU node" in log.read_text()  # it failed at run time, inside the job
     assert not (wd / GPU_JOB).exists()
     assert cluster.squeue() == []
     assert processes_mentioning(str(wd)) == []
+
+
+def test_preflight_runs_on_the_gpu_partition_and_names_what_is_missing(slurm_run, cluster):
+    """Each preflight job runs in its image on its GPU's partition: the CPU run's passes here;
+    A30's ask for the typed GPU, fail (no GPU, no trtexec, no native backends here) without a
+    retry, keep their report in the log directory, and say what to fix."""
+    wd, out = slurm_run["workdir"], slurm_run["out"]
+    [(cpu_job, _)] = [
+        (j, log) for j, log in jobs_of(slurm_run, "rule_preflight_check") if "cpu" in log.parts
+    ]
+    assert scontrol_job(cpu_job)["JobState"] == "COMPLETED"
+    report = json.loads((wd / "results/preflight/cpu/triton-25.01.json").read_text())
+    assert report["ok"] is True
+    assert {c["name"]: c["status"] for c in report["checks"]}["perf_analyzer"] == "pass"
+
+    gpu_jobs = [j for j, log in jobs_of(slurm_run, "rule_preflight_check") if "A30" in log.parts]
+    assert len(gpu_jobs) == 2  # two images, no retry
+    for job_id in gpu_jobs:
+        job = scontrol_job(job_id)
+        assert job["JobState"] == "FAILED", job
+        assert job["Partition"] == cluster.partition
+        assert job["TresPerJob"] == f"gres:gpu:{GPU_TYPE}:1"
+    for image in ("pytorch-25.01", "triton-25.01"):
+        assert not (wd / f"results/preflight/A30/{image}.json").exists()
+        kept = json.loads((wd / f"logs/preflight/A30/{image}.json").read_text())
+        status = {c["name"]: c["status"] for c in kept["checks"]}
+        assert status["gpu_visible"] == "fail" and status["deploybench_imports"] == "pass"
+    triton = json.loads((wd / "logs/preflight/A30/triton-25.01.json").read_text())
+    status = {c["name"]: c["status"] for c in triton["checks"]}
+    assert status["tritonserver"] == "pass" and status["perf_analyzer"] == "pass"
+    assert status["tritonserver_gpu"] == "fail"
+    framework = json.loads((wd / "logs/preflight/A30/pytorch-25.01.json").read_text())
+    assert {c["name"]: c["status"] for c in framework["checks"]}["trtexec"] == "fail"
+    # the failure Snakemake shows names the missing piece and the fix
+    assert "gpu_visible" in out and f"gpu_model: {GPU_TYPE}" in out

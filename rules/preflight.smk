@@ -1,0 +1,44 @@
+# `snakemake preflight [targets...]`: first contact with a cluster. For every GPU among the
+# requested runs (the config's `targets` when none is named) and every image those runs use, one
+# short job in that image on that GPU's partition checks what the runs will need there (GPU
+# inside the container, driver vs the image's CUDA, tritonserver and its backends on the GPU,
+# perf_analyzer, trtexec, deploybench) and records it. A failed check names the missing piece and
+# its fix; the report of a failed preflight stays in logs/preflight/<gpu>/<image>.json.
+
+
+localrules:
+    preflight,
+
+
+rule preflight:
+    input:
+        preflight_reports,
+
+
+rule preflight_check:
+    input:
+        image=lambda w: (
+            [images.sif_path(w.image)]
+            if USE_APPTAINER and images.is_built(config["images"][w.image])
+            else []
+        ),
+    output:
+        report=PREFLIGHT,
+    log:
+        job=f"{PREFLIGHT_LOG}.log",
+        log_report=f"{PREFLIGHT_LOG}.json",
+    wildcard_constraints:
+        gpu=one_of(config["gpus"]),
+        image=one_of(config["images"]),
+    # a failed check fails the same way again: no retry (profiles/slurm retries other jobs)
+    retries: 0
+    container:
+        lambda w: images.container_uri(w.image, config["images"][w.image])
+    resources:
+        **preflight_resources(),
+        mem_mb=4000,
+        runtime=lambda w: dbplan.runtime_minutes(config, {}, "preflight_check"),
+    params:
+        spec=preflight_spec,
+    script:
+        "../scripts/preflight.py"
