@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import pickle
 from pathlib import Path
 
@@ -251,3 +252,41 @@ def test_scripts_only_call_the_entry_point():
         assert code == [
             "run_rule(snakemake)  # noqa: F821 - injected by Snakemake's script directive"
         ], script
+
+
+# ------------------------------------------------------------------------ cluster limits
+
+
+def test_runtime_is_the_steps_minutes_plus_its_points_times_the_margin():
+    config = workflow_config(
+        {"runtime": {"margin": 1.5, "per_point": 2, "steps": {"convert": 7, "offline": 3}}}
+    )
+    plan = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
+    points = len(plan.points["offline"])
+    assert plan.runtime["convert"] == 11  # ceil(7 * 1.5)
+    assert plan.runtime["offline"] == -(-(3 + 2 * points) * 3 // 2)  # ceil((3 + 2n) * 1.5)
+    # a model's own `runtime` overrides the workflow's, for that model only
+    config["models"]["tft"]["runtime"] = {"steps": {"export": 40}}
+    assert dbplan.plan_model(config, "tft").runtime["export"] == 60
+    assert dbplan.plan_model(config, "bert").runtime["export"] == math.ceil(
+        config["runtime"]["steps"]["export"] * 1.5
+    )
+
+
+def test_preflight_plan_says_what_the_runs_on_a_gpu_need_of_an_image():
+    config = workflow_config()
+    triton = dbplan.plan_preflight(config, "A30", "triton-25.01")
+    assert triton["role"] == "triton" and triton["device"] == "gpu"
+    # every native backend the PyTorch models' A30 runs are served with
+    assert {"onnxruntime", "pytorch", "tensorrt"} <= set(triton["backends"])
+    assert triton["trtexec_flags"] == []
+    framework = dbplan.plan_preflight(config, "A30", "pytorch-25.01")
+    assert framework["role"] == "framework" and framework["backends"] == []
+    # the flags the convert step passes trtexec, by name
+    assert {"--onnx", "--saveEngine", "--minShapes", "--fp16"} <= set(framework["trtexec_flags"])
+    cpu = dbplan.plan_preflight(config, "cpu", "triton-25.01")
+    assert cpu["backends"] == ["python"] and cpu["device"] == "cpu"
+    with pytest.raises(ConfigError, match="valid choices: pytorch-25.01, tensorflow-25.02, "):
+        dbplan.plan_preflight(config, "A30", "tensorflow-25.02x")
+    with pytest.raises(ConfigError, match="unknown gpu 'B200'"):
+        dbplan.plan_preflight(config, "B200", "triton-25.01")
