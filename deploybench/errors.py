@@ -53,6 +53,10 @@ class NeedsGPU(DeploybenchError, RuntimeError):
     """The step must run on a GPU node (e.g. submitted with ``--profile profiles/slurm``)."""
 
 
+class PreflightError(DeploybenchError, RuntimeError):
+    """A preflight check failed: the GPU, driver, image or tools the runs need are not there."""
+
+
 class ArtifactChanged(DeploybenchError, RuntimeError):
     """A result differs from what the job that wrote it recorded (truncated, corrupt, replaced)."""
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         ReportSpec,
         RepositorySpec,
     )
+    from .preflight import PreflightSpec
 
 log = logging.getLogger("deploybench")
 
@@ -374,6 +375,39 @@ def report(
     write_text(html, render_html(text, f"{model} performance"))
 
 
+def preflight(spec: PreflightSpec, *, report: str, log_report: str) -> None:
+    """What the runs on one GPU need of one image, checked where they run (see
+    :mod:`deploybench.preflight`). The report goes to ``log_report`` always (Snakemake keeps a
+    failed job's logs, not its outputs), and to ``report`` only when no check failed."""
+    import datetime as dt
+    import time
+
+    from . import preflight as checks
+    from .server import graceful_signals
+
+    started = time.monotonic()
+    with graceful_signals():  # SIGTERM unwinds, so the server and temp files go too
+        results = checks.run_checks(spec)
+    ok = not any(c.status == checks.FAIL for c in results)
+    log.info("preflight of %s on %s:\n%s", spec["image"], spec["gpu"], checks.table(results))
+    record = {
+        "gpu": spec["gpu"],
+        "image": spec["image"],
+        "role": spec["role"],
+        "device": spec["device"],
+        "ok": ok,
+        "checks": [c.as_dict() for c in results],
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "duration_s": round(time.monotonic() - started, 1),
+        "spec": dict(spec),
+        "host": sidecar.host(),
+        "container": sidecar.container(),
+    }
+    write_json(log_report, record)
+    checks.raise_on_failure(spec, results)
+    write_json(report, record)
+
+
 # The job of each rule (`use rule ... as` variants included).
 JOBS: dict[str, Callable[..., None]] = {
     "prepare_checkpoint": make_checkpoint,
@@ -387,6 +421,7 @@ JOBS: dict[str, Callable[..., None]] = {
     "online": perf,
     "plots": plots,
     "model_report": report,
+    "preflight_check": preflight,
 }
 # Inputs that only order the DAG; no job reads them.
 DAG_ONLY_INPUTS = ("image", "preflight")

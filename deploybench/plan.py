@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from .config import Run, all_runs, check_path, deep_merge, online_grid, resolve
-from .convert import CONVERTERS, tensorrt_command
+from .convert import CONVERTERS, Profile, tensorrt_command
 from .errors import ConfigError
 from .io import MIB
 from .models import CHECKPOINT_FILES, framework_of
+from .preflight import PreflightSpec
 
 SCENARIOS = ("offline", "online")
 RUN_STEPS = ("convert", "repository", "accuracy", *SCENARIOS)
@@ -636,7 +637,7 @@ def images_of_gpu(config: dict[str, Any], gpu: str) -> dict[str, set[str]]:
     return used
 
 
-def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> dict[str, Any]:
+def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpec:
     """The preflight job of ``image`` on ``gpu``: what the runs on that GPU need of the image
     (the Triton backends its runs serve with, the TensorRT converter's trtexec flags, the
     frameworks whose CUDA must work), where it runs, and the image's release facts."""
@@ -664,9 +665,7 @@ def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> dict[str, An
             if config["models"][r.model]["containers"].get(role) == image
         }
     )
-    backends = (
-        sorted({str(r.serving["backend"]) for r in runs}) if role == "triton" else []
-    )
+    backends = sorted({str(r.serving["backend"]) for r in runs}) if role == "triton" else []
     converts_with_tensorrt = "framework" in roles and any(
         r.conversion is not None and r.conversion.converter == "tensorrt" for r in runs
     )
@@ -693,7 +692,7 @@ FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow"}
 
 def tensorrt_flags() -> list[str]:
     """The trtexec options the convert step passes (current TensorRT), by name."""
-    one = {"x": {"min": (1,), "opt": (1,), "max": (1,)}}
+    one: Profile = {"x": {"min": (1,), "opt": (1,), "max": (1,)}}
     cmd = tensorrt_command(
         onnx=Path("x.onnx"), plan=Path("x.plan"), precision="fp16", profile=one, workspace_mb=1
     )

@@ -45,6 +45,7 @@ def test_every_error_class_derives_from_the_base():
         (errors.DataError, ValueError),
         (errors.InputNotFound, FileNotFoundError),
         (errors.ServerError, RuntimeError),
+        (errors.PreflightError, RuntimeError),
     ],
 )
 def test_errors_are_still_the_builtin_their_callers_catch(error, builtin):

@@ -1,0 +1,296 @@
+"""The preflight job (jobs.preflight) run directly here, with the real tritonserver and
+perf_analyzer: the checks that can pass without a GPU pass, each GPU check fails with its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploybench import jobs, preflight
+from deploybench.errors import ConfigError, PreflightError
+from deploybench.plan import plan_preflight
+from tests.conftest import base_config, processes_mentioning
+
+# The A30 runs' expectations hold on a machine with no NVIDIA GPU or trtexec, as this one.
+NO_GPU = pytest.mark.skipif(
+    bool(shutil.which("nvidia-smi") or shutil.which("trtexec")), reason="expects no GPU here"
+)
+# NGC PyTorch / tritonserver 25.01's driver requirement (CUDA 12.8), from the release notes.
+RELEASE_25_01 = {
+    "python": "3.12",
+    "cuda": "12.8.0.38",
+    "driver": {"minimum": "570", "datacenter": ["470.57", "525.85", "535.86", "545.23"]},
+}
+
+
+def spec_of(gpu: str, image: str, **changes: Any) -> preflight.PreflightSpec:
+    spec: Any = {**plan_preflight(base_config(), gpu, image), "release": RELEASE_25_01}
+    spec.update(changes)
+    return spec
+
+
+def status_of(report: dict[str, Any]) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in report["checks"]}
+
+
+def check_of(report: dict[str, Any], name: str) -> dict[str, Any]:
+    [check] = [c for c in report["checks"] if c["name"] == name]
+    return check
+
+
+def run_job(root: Path, spec: preflight.PreflightSpec) -> dict[str, Any]:
+    """``jobs.preflight`` with its temp files under ``root/tmp`` (to check that none stay), as
+    its rule runs it: the report, the kept report, and the error it raised, if any."""
+    out, tmp = root / "out", root / "tmp"
+    tmp.mkdir(parents=True)
+    files = {"report": out / "report.json", "log_report": out / "log.json"}
+    error = None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", str(tmp))
+        try:
+            jobs.preflight(spec, **{k: str(v) for k, v in files.items()})
+        except PreflightError as exc:
+            error = exc
+    return {
+        "error": error,
+        "report": files["report"],
+        "kept": json.loads(files["log_report"].read_text()),
+        "tmp": tmp,
+    }
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_job(tmp_path_factory.mktemp("cpu"), spec_of("cpu", "triton-25.01"))
+
+
+@pytest.fixture(scope="module")
+def a30_triton_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_job(tmp_path_factory.mktemp("a30"), spec_of("A30", "triton-25.01"))
+
+
+@pytest.fixture(scope="module")
+def a30_framework_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    spec = spec_of("A30", "pytorch-25.01")
+    assert "--memPoolSize" in spec["trtexec_flags"]  # the plan asks for the converter's flags
+    return run_job(tmp_path_factory.mktemp("a30-framework"), spec)
+
+
+def test_cpu_triton_image_passes_every_check_that_applies(cpu_run):
+    assert cpu_run["error"] is None
+    report = json.loads(cpu_run["report"].read_text())
+    assert report == cpu_run["kept"]
+    assert report["ok"] is True
+    assert status_of(report) == {
+        "gpu_visible": "skip",
+        "framework_cuda": "skip",
+        "driver": "skip",
+        "tritonserver": "pass",
+        "tritonserver_gpu": "skip",
+        "backends": "pass",
+        "perf_analyzer": "pass",
+        "trtexec": "skip",
+        "deploybench_imports": "pass",
+    }
+    assert "infer/s" in check_of(report, "perf_analyzer")["detail"]
+    assert check_of(report, "tritonserver")["facts"]["version"]
+    # where deploybench came from: a wrong PYTHONPATH bind would show here
+    imports = check_of(report, "deploybench_imports")
+    assert imports["facts"]["file"] == str(Path(jobs.__file__).with_name("__init__.py"))
+    assert report["spec"]["gpu"] == "cpu" and report["host"]["hostname"]
+    assert report["container"]["runtime"] == "native venv"
+
+
+def test_the_job_leaves_no_server_and_no_temp_files(cpu_run, a30_triton_run):
+    for run in (cpu_run, a30_triton_run):
+        assert list(run["tmp"].iterdir()) == []
+        assert processes_mentioning(str(run["tmp"])) == []
+
+
+@NO_GPU
+def test_a30_triton_image_fails_each_gpu_check_with_its_fix(a30_triton_run):
+    run = a30_triton_run
+    assert isinstance(run["error"], PreflightError)
+    assert not run["report"].exists()  # only the kept report, in the log directory
+    report = run["kept"]
+    assert report["ok"] is False
+    status = status_of(report)
+    for name in ("tritonserver", "perf_analyzer", "deploybench_imports"):
+        assert status[name] == "pass", check_of(report, name)
+    for name in ("gpu_visible", "framework_cuda", "driver", "tritonserver_gpu", "backends"):
+        assert status[name] == "fail", check_of(report, name)
+        assert check_of(report, name)["fix"]
+    assert status["trtexec"] == "skip"
+    # the fix names the GPU's slurm mapping to change, and Apptainer's --nv
+    fix = check_of(report, "gpu_visible")["fix"]
+    assert "gpus.A30.slurm" in fix and "partition: gpu" in fix and "gpu_model: a30" in fix
+    assert "--nv" in fix
+    # Triton's own reasons: no GPU for KIND_GPU, and no native backend in pytriton's server
+    gpu = check_of(report, "tritonserver_gpu")
+    assert "KIND_GPU but no GPUs are available" in gpu["detail"]
+    assert "unable to find backend library for backend 'onnxruntime'" in gpu["detail"]
+    assert "tensorrt: not tried" in gpu["detail"]
+    assert "full NGC tritonserver image" in gpu["fix"]
+    backends = check_of(report, "backends")
+    assert "libtriton_onnxruntime.so" in backends["detail"]
+    assert "libtriton_tensorrt.so" in backends["detail"]
+    # the error Snakemake shows: each failed check and its fix
+    message = str(run["error"])
+    for name in ("gpu_visible", "framework_cuda", "driver", "tritonserver_gpu", "backends"):
+        assert f"- {name}: " in message
+    assert "- tritonserver: " not in message and "- perf_analyzer: " not in message  # passed
+    assert "gpu_model: a30" in message
+
+
+@NO_GPU
+def test_a30_framework_image_without_trtexec_fails_it_with_a_fix(a30_framework_run):
+    report = a30_framework_run["kept"]
+    assert isinstance(a30_framework_run["error"], PreflightError)
+    status = status_of(report)
+    assert status["trtexec"] == "fail"
+    assert "trtexec" in check_of(report, "trtexec")["detail"]
+    assert "images.pytorch-25.01.from" in check_of(report, "trtexec")["fix"]
+    for name in ("tritonserver", "tritonserver_gpu", "backends", "perf_analyzer"):
+        assert status[name] == "skip"
+    assert status["deploybench_imports"] == "pass"
+
+
+def write_trtexec(folder: Path, help_text: str) -> Path:
+    """A stand-in trtexec that prints ``help_text`` (TensorRT cannot run here)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / "trtexec"
+    exe.write_text(f"#!/bin/sh\ncat <<'EOF'\n{help_text}\nEOF\n")
+    exe.chmod(0o755)
+    return exe
+
+
+TRTEXEC_HELP = """&&&& RUNNING TensorRT.trtexec [TensorRT v100700] [b23] # trtexec --help
+  --onnx=<file>               ONNX model
+  --saveEngine=<file>         Save the serialized engine
+  --minShapes=spec            Build with dynamic shapes
+  --optShapes=spec            Build with dynamic shapes
+  --maxShapes=spec            Build with dynamic shapes
+  --memPoolSize=poolspec      Specify the size constraints of the designated memory pool(s)
+  --skipInference             Exit after the engine has been built
+  --fp16                      Enable fp16 precision"""
+
+
+def test_trtexec_check_reads_the_version_and_names_missing_flags(tmp_path, monkeypatch):
+    spec = spec_of("A30", "pytorch-25.01")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'full'}{os.pathsep}{os.environ['PATH']}")
+    write_trtexec(tmp_path / "full", TRTEXEC_HELP)
+    check = preflight.check_trtexec(spec)
+    assert check.status == "pass" and check.facts["tensorrt"] == "10.7"
+
+    # TensorRT 8.2's trtexec: --workspace and --buildOnly, not --memPoolSize/--skipInference
+    old = TRTEXEC_HELP.replace("v100700", "v8203").replace("--memPoolSize", "--workspace")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'old'}{os.pathsep}{os.environ['PATH']}")
+    write_trtexec(tmp_path / "old", old.replace("--skipInference", "--buildOnly"))
+    check = preflight.check_trtexec(spec)
+    assert check.status == "fail"
+    assert check.detail == "TensorRT 8.2's trtexec lacks --memPoolSize, --skipInference"
+    assert "TensorRT 8.4 or later" in check.fix
+
+
+def test_a_hung_tool_is_killed_at_its_timeout():
+    out = preflight.run_command(["sleep", "30"], timeout_s=0.5)
+    assert out.code is None and "did not finish within 0.5 s" in out.error
+    assert preflight.run_command(["no-such-tool-here"], 5).error == "no-such-tool-here not found"
+
+
+@pytest.mark.parametrize(
+    ("driver", "datacenter", "ok", "why"),
+    [
+        ("570.86.15", True, True, ">= 570"),
+        ("575.51.03", False, True, ">= 570"),  # any GPU at or past the minimum
+        ("535.104.05", True, True, "forward compatibility"),  # R535 >= 535.86
+        ("470.57.02", True, True, "forward compatibility"),
+        ("535.54.03", True, False, "< 570"),  # R535, but older than 535.86
+        ("535.104.05", False, False, "only on data center GPUs"),
+        ("550.54.15", True, False, "not one of the data center branches"),  # unlisted branch
+        ("460.91.03", True, False, "< 570"),
+    ],
+)
+def test_driver_rule(driver, datacenter, ok, why):
+    verdict, reason = preflight.driver_supports(
+        driver, RELEASE_25_01["driver"], datacenter=datacenter
+    )
+    assert verdict is ok and why in reason
+
+
+def test_driver_rule_names_a_bad_requirement():
+    with pytest.raises(ConfigError, match=r"release.driver.minimum 'r570' is not a driver"):
+        preflight.driver_supports("570.1", {"minimum": "r570"}, datacenter=True)
+    assert preflight.driver_supports("n/a", {"minimum": "570"}, datacenter=True)[0] is False
+    with pytest.raises(ConfigError, match="names no minimum"):
+        preflight.driver_supports("570.1", {"datacenter": []}, datacenter=True)
+
+
+def test_driver_check_uses_the_image_release_and_the_gpu_kind():
+    probe = preflight.GpuProbe(
+        [{"name": "NVIDIA GeForce RTX 3090", "driver_version": "535.104.05", "uuid": "GPU-1"}], ""
+    )
+    check = preflight.check_driver(spec_of("A30", "triton-25.01"), probe)
+    assert check.status == "fail" and "update the nodes' driver to 570" in check.fix
+    assert "CUDA 12.8.0.38" in check.detail
+    no_release = preflight.check_driver(spec_of("A30", "triton-25.01", release=None), probe)
+    assert no_release.status == "skip" and "535.104.05" in no_release.detail
+
+
+@pytest.mark.parametrize(
+    ("gpu", "seen", "status"),
+    [
+        ("A30", "NVIDIA A30", "pass"),
+        ("A30", "NVIDIA A40", "fail"),  # another model: its numbers would be mislabelled
+        ("A100", "NVIDIA A100-SXM4-80GB", "pass"),  # "NVIDIA DGX A100 (1x A100 80GB)"
+        ("V100", "Tesla V100-SXM2-32GB", "pass"),
+        ("NVIDIA A10", "NVIDIA A100-PCIE-40GB", "fail"),  # a name that another one starts with
+        ("NVIDIA GeForce RTX 4090", "NVIDIA A30", "pass"),  # no model name to compare
+    ],
+)
+def test_gpu_visible_wants_the_configured_gpu_model(gpu, seen, status):
+    probe = preflight.GpuProbe([{"name": seen, "driver_version": "570.1", "uuid": "GPU-1"}], "")
+    spec = spec_of("A30" if " " in gpu else gpu, "triton-25.01")
+    if " " in gpu:  # a configured name of a GPU the config does not have
+        spec["gpu_name"] = gpu
+    check = preflight.check_gpu_visible(spec, probe)
+    assert check.status == status and seen in check.detail
+    if status == "fail":
+        assert f"gpus.{spec['gpu']}.slurm" in check.fix
+
+
+def test_a_spec_with_an_unknown_choice_fails_early_naming_the_choices():
+    with pytest.raises(ConfigError, match=r"device 'tpu'; valid choices: gpu, cpu"):
+        preflight.run_checks(spec_of("cpu", "triton-25.01", device="tpu"))
+    with pytest.raises(ConfigError, match=r"backends \['openvino'\]; valid choices: python"):
+        preflight.run_checks(spec_of("cpu", "triton-25.01", backends=["openvino"]))
+
+
+def test_every_check_reports_and_none_stops_the_others(monkeypatch):
+    """A check that raises fails with the error; the others still run."""
+
+    def broken(*_args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(preflight, "check_deploybench_imports", broken)
+    monkeypatch.setattr(preflight, "check_backends", broken)
+    spec = spec_of("cpu", "pytorch-25.01")
+    checks = {c.name: c for c in preflight.run_checks(spec)}
+    assert list(checks) == list(preflight.CHECKS)
+    assert checks["backends"].status == "skip"  # does not apply: not run at all
+    assert checks["deploybench_imports"].status == "fail"
+    assert "RuntimeError: boom" in checks["deploybench_imports"].detail
+
+    # the Triton checks' shared set-up failing fails them, not the job
+    monkeypatch.setattr(preflight, "write_tiny_repository", broken)
+    checks = {c.name: c for c in preflight.run_checks(spec_of("cpu", "triton-25.01"))}
+    assert list(checks) == list(preflight.CHECKS)
+    for name in ("tritonserver", "perf_analyzer", "backends"):
+        assert checks[name].status == "fail" and "boom" in checks[name].detail
+    assert checks["tritonserver_gpu"].status == "skip"
