@@ -60,7 +60,8 @@ CLUSTER_ARGS = (
     "--slurm-no-account",
     "--slurm-keep-successful-logs",
 )  # fmt: skip
-SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)")
+# a job's id is a number, a group job's a UUID
+SUBMITTED = re.compile(r"Job \S+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)")
 
 
 def slurm_snakemake(
@@ -293,10 +294,15 @@ def _job_of(proc: psutil.Process) -> str:
 
 
 def _perf_analyzer_in(wd: Path) -> psutil.Process | None:
-    """A perf_analyzer working for the run in ``wd`` (it runs in the working directory)."""
-    for proc in psutil.process_iter(["name"]):
+    """A perf_analyzer measuring the run's model in ``wd`` (it runs in the working directory;
+    the preflight's measures a model of its own)."""
+    for proc in psutil.process_iter(["name", "cmdline"]):
         try:
-            if proc.info["name"] == "perf_analyzer" and Path(proc.cwd()).is_relative_to(wd):
+            if (
+                proc.info["name"] == "perf_analyzer"
+                and Path(proc.cwd()).is_relative_to(wd)
+                and "tft" in proc.info["cmdline"]
+            ):
                 return proc
         except psutil.Error:
             continue
@@ -360,6 +366,7 @@ def slurm_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dic
     )  # fmt: skip
     watcher.join(timeout=120)
     out = result.stdout + result.stderr
+    (wd / "snakemake.out").write_text(out)  # for a failing test's reader
     submissions = []  # (kind, SLURM job id, its log): kind is `rule_<rule>` or `group_<...>`
     for job_id, log in SUBMITTED.findall(out):
         kind = next(part for part in Path(log).parts if part.startswith(("rule_", "group_")))
@@ -450,7 +457,8 @@ def test_gpu_job_gets_its_gpu_and_failure_is_reported(slurm_run, cluster):
     attempts = jobs_of(slurm_run, "group_run_convert")
     assert len(attempts) == 2  # the job and its one retry
     for job_id, log in attempts:
-        assert f"SLURM-job '{job_id}' failed, SLURM status is: 'FAILED'" in out
+        # Snakemake reports a failed group job with its SLURM log
+        assert f"{log} (check log file(s) for error details)" in out
         job = scontrol_job(job_id)
         assert job["JobState"] == "FAILED"
         assert job["Partition"] == cluster.partition
@@ -467,14 +475,20 @@ def test_preflight_runs_on_the_gpu_partition_and_names_what_is_missing(slurm_run
     retry, keep their report in the log directory, and say what to fix."""
     wd, out = slurm_run["workdir"], slurm_run["out"]
     [(cpu_job, _)] = [
-        (j, log) for j, log in jobs_of(slurm_run, "rule_preflight_check") if "cpu" in log.parts
+        (j, log)
+        for j, log in jobs_of(slurm_run, "rule_preflight_check")
+        if log.parent.name == "cpu_triton-25.01"
     ]
     assert scontrol_job(cpu_job)["JobState"] == "COMPLETED"
     report = json.loads((wd / "results/preflight/cpu/triton-25.01.json").read_text())
     assert report["ok"] is True
     assert {c["name"]: c["status"] for c in report["checks"]}["perf_analyzer"] == "pass"
 
-    gpu_jobs = [j for j, log in jobs_of(slurm_run, "rule_preflight_check") if "A30" in log.parts]
+    gpu_jobs = [
+        j
+        for j, log in jobs_of(slurm_run, "rule_preflight_check")
+        if log.parent.name.startswith("A30_")
+    ]
     assert len(gpu_jobs) == 2  # two images, no retry
     for job_id in gpu_jobs:
         job = scontrol_job(job_id)
