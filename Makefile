@@ -3,7 +3,7 @@
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench clean locks
 
 setup: $(STAMP)
 
@@ -13,6 +13,11 @@ $(STAMP): envs/setup.sh envs/requirements.txt envs/constraints.txt envs/dev.txt 
 
 demo: setup
 	$(VENV)/bin/snakemake --profile profiles/local
+
+# The hash-pinned locks of the container images (envs/containers/<image>.lock) from their
+# requirements and images: settings in config/config.yaml (needs PyPI; deploybench/locks.py).
+locks: setup
+	$(VENV)/bin/python -m deploybench.locks
 
 # envs/slurm.sh: Debian's SLURM and munge for the tests' one-node cluster (tests/test_slurm.py)
 test: setup lint

@@ -65,5 +65,14 @@ class DataError(DeploybenchError, ValueError):
     """A task data set (DLE's pre-processed files) that cannot be read as its model needs."""
 
 
+class LockError(DeploybenchError, ValueError):
+    """An image's lock file (envs/containers/<image>.lock) that is missing, was made from other
+    requirements or image settings than the config's now (stale), or does not cover them."""
+
+
+class ResolveError(DeploybenchError, RuntimeError):
+    """The resolver (uv) could not lock an image's requirements."""
+
+
 class InputNotFound(DeploybenchError, FileNotFoundError):
     """A configured input (checkpoint, data set, one of its files) does not exist."""

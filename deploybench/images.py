@@ -3,8 +3,9 @@
 On a cluster every job runs in an Apptainer image (``--sdm apptainer``). Images are NGC images
 extended by a definition file in ``envs/`` (the seed pages extend theirs with the Triton
 client the same way); rule ``container_image`` builds each one into ``images/<name>.sif`` and
-writes ``images/<name>.json`` beside it: the build's inputs and the image's sha256. Every job's
-provenance copies that record, so each result names the exact image that produced it.
+writes ``images/<name>.json`` beside it: the build's inputs (the lock of what it installs,
+deploybench/locks.py, with its sha256) and the image's sha256. Every job's provenance copies
+that record, so each result names the exact image that produced it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from . import locks
 from .config import ConfigError
 from .io import atomic_path, sha256_of, write_json
 
 IMAGE_DIR = "images"
 # Build arguments a definition reads ({{ NAME }}), from the image's config keys.
-BUILD_ARGS = {"from": "FROM", "sdk": "SDK", "requirements": "REQUIREMENTS"}
+BUILD_ARGS = {"from": "FROM", "sdk": "SDK", "lock": "LOCK"}
 
 
 def check_images(config: dict[str, Any]) -> None:
@@ -43,11 +45,13 @@ def is_built(image: dict[str, Any]) -> bool:
 
 
 def in_source_tree(image: dict[str, Any], basedir: str | Path) -> dict[str, Any]:
-    """``image`` with its definition and requirements files resolved in the workflow's tree."""
+    """``image`` with its definition, requirements and lock files resolved in the workflow's
+    tree (``source_tree``: that tree, where the lock's inputs are read)."""
     resolved = dict(image)
-    for key in ("definition", "requirements"):
+    for key in ("definition", "requirements", "lock"):
         if key in image:
             resolved[key] = str(Path(basedir) / image[key])
+    resolved["source_tree"] = str(basedir)
     return resolved
 
 
@@ -99,8 +103,17 @@ def container_uri(name: str, image: dict[str, Any]) -> str:
 
 
 def build_args(image: dict[str, Any]) -> list[str]:
-    """``KEY=VALUE`` build arguments for the definition's ``{{ KEY }}`` placeholders."""
-    return [f"{arg}={image[key]}" for key, arg in BUILD_ARGS.items() if key in image]
+    """``KEY=VALUE`` build arguments for the definition's ``{{ KEY }}`` placeholders: the bases,
+    the lock, and (where there are any) the packages the base ships, which the definition checks,
+    and those the lock builds from source."""
+    args = [f"{arg}={image[key]}" for key, arg in BUILD_ARGS.items() if key in image]
+    ships = (image.get("release") or {}).get("ships") or {}
+    if ships:
+        normal = {locks.canonical(k): v for k, v in sorted(ships.items())}
+        args.append(f"SHIPS={locks.ships_arg(normal)}")
+    if image.get("from_source"):
+        args.append(f"SOURCE={','.join(sorted(image['from_source']))}")
+    return args
 
 
 def build_command(
@@ -128,8 +141,11 @@ def build(
     apptainer: str = "apptainer",
     extra_args: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Build the image into a temporary file, move it into place, and write its record."""
+    """Build the image into a temporary file, move it into place, and write its record. A lock
+    that is missing or stale (made from other requirements or settings) fails first, offline."""
     definition = str(image["definition"])
+    spec = locks.lock_spec(name, image, image.get("source_tree") or source_tree())
+    lock_sha256 = locks.check_current(spec)
     args = build_args(image)
     with atomic_path(out) as partial:
         cmd = build_command(apptainer, definition, partial, args, list(extra_args or []))
@@ -143,6 +159,8 @@ def build(
             "definition": definition,
             "definition_sha256": sha256_of(definition),
             "requirements_sha256": sha256_of(image["requirements"]),
+            "lock": spec.lock,
+            "lock_sha256": lock_sha256,
             "build_args": args,
             "bases": {k: image[k] for k in ("from", "sdk") if k in image},
             "apptainer": apptainer_version(apptainer),

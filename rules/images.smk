@@ -1,7 +1,8 @@
 # Apptainer images built from envs/*.def over pinned NGC bases. Built where Snakemake runs (a
 # login node can pull from NGC; compute nodes often cannot), rebuilt only when the definition,
-# its requirements or the pinned bases change. It runs `apptainer` itself, so it has no
-# container of its own.
+# the lock of what it installs (envs/containers/<image>.lock) or the pinned bases change. The
+# requirements are an input too: a lock not regenerated after they changed fails the build. It
+# runs `apptainer` itself, so it has no container of its own.
 
 
 localrules:
@@ -12,6 +13,7 @@ rule container_image:
     input:
         definition=lambda w: image_build(w)["definition"],
         requirements=lambda w: image_build(w)["requirements"],
+        lock=lambda w: image_build(w)["lock"],
     output:
         image=images.sif_path("{image}"),
         record=images.record_path("{image}"),

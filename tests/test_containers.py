@@ -46,7 +46,7 @@ def test_build_command_passes_pinned_bases_as_build_args():
     assert args == [
         "FROM=nvcr.io/nvidia/tritonserver:25.01-py3",
         "SDK=nvcr.io/nvidia/tritonserver:25.01-py3-sdk",
-        "REQUIREMENTS=envs/containers/pytorch.txt",
+        "LOCK=envs/containers/triton-25.01.lock",
     ]
     cmd = images.build_command("apptainer", "envs/triton.def", "images/x.sif", args, [])
     assert cmd[:3] == ["apptainer", "build", "--force"]
@@ -61,8 +61,10 @@ def test_every_model_runs_in_images_of_its_framework():
         triton = config["images"][settings["containers"]["triton"]]
         assert framework["definition"] == "envs/framework.def"
         assert triton["definition"] == "envs/triton.def"
-        # the Triton image's Python packages match the framework the model is written in
+        # the Triton image's Python packages match the framework the model is written in, each
+        # image locked for its own base
         assert framework["requirements"] == triton["requirements"], model
+        assert framework["lock"] != triton["lock"], model
         assert triton["from"].split(":")[1] == triton["sdk"].split(":")[1].removesuffix("-sdk")
         for definition in (framework["definition"], triton["definition"]):
             assert (REPO / definition).is_file()
@@ -71,7 +73,8 @@ def test_every_model_runs_in_images_of_its_framework():
 def test_definitions_use_the_build_args_they_are_given():
     framework = (REPO / "envs" / "framework.def").read_text()
     triton = (REPO / "envs" / "triton.def").read_text()
-    assert "From: {{ FROM }}" in framework and "{{ REQUIREMENTS }}" in framework
+    assert "From: {{ FROM }}" in framework and "{{ LOCK }}" in framework
+    assert "{{ SHIPS }}" in framework
     assert "From: {{ SDK }}" in triton and "Stage: sdk" in triton
     assert "From: {{ FROM }}" in triton and "%files from sdk" in triton
     assert "perf_analyzer" in triton
@@ -200,6 +203,9 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
         assert container["image"] == expected_image[role]
         assert container["sha256"] == record["sha256"] == sha256_of(work / expected_image[role])
         assert "standin" in container["record"]["apptainer"]  # the record says what built it
+        # and what it installed: the lock's digest
+        lock = src / container["record"]["lock"]
+        assert container["record"]["lock_sha256"] == sha256_of(lock)
     export = json.loads(
         (work / "results/tft/export/onnx/fp32/model.onnx.provenance.json").read_text()
     )
