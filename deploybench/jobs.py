@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import provenance as sidecar
 from .io import write_csv, write_json, write_text
 from .models import load_family
+from .process import stop_with_snakemake
 
 if TYPE_CHECKING:
     from .plan import (
@@ -465,5 +466,7 @@ def run_rule(smk: Any) -> None:
     if smk.rule not in JOBS:
         raise ValueError(f"no job for rule {smk.rule!r}; valid choices: {', '.join(sorted(JOBS))}")
     setup_logging(smk.log[0] if smk.log else None)
+    # Killed outright, Snakemake cannot stop its jobs: each stops itself when it sees it die.
+    stop_with_snakemake()
     job = JOBS[smk.rule]
     job(smk.params.spec, **job_arguments(job, smk.rule, rule_files(smk), smk.config))

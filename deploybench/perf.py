@@ -31,6 +31,7 @@ import numpy as np
 from . import tools
 from .columns import CSV_COLUMNS, LATENCY_COLUMNS, THROUGHPUT_COLUMNS
 from .errors import PerfError
+from .process import die_with_parent
 from .server import SHM_DIR
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,8 @@ def run_perf_analyzer(cmd: list[str], timeout_s: float, log_file: Path | None) -
         text=True,
         env=tools.perf_analyzer_environment(),
         start_new_session=True,
+        # a job killed outright takes it along (the caller waits on it, so its thread lives on)
+        preexec_fn=die_with_parent(signal.SIGKILL),  # noqa: PLW1509 - the child only calls prctl
     ) as proc:
         try:
             out, _ = proc.communicate(timeout=timeout_s)

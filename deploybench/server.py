@@ -56,16 +56,34 @@ def free_ports(count: int) -> list[int]:
 
 @contextlib.contextmanager
 def graceful_signals() -> Iterator[None]:
-    """SIGTERM raises ``Terminated`` (SIGINT already raises KeyboardInterrupt) while inside."""
+    """SIGTERM raises ``Terminated`` and SIGINT KeyboardInterrupt while inside. Only the first:
+    it starts the cleanup, and a later one must not cut that short (SLURM signals every process
+    of a job; a job whose Snakemake died signals itself, see deploybench.process), so they are
+    ignored from then on, also after the block, while the exception ends the job."""
+    stopping = False
+    signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored (nohup)
+        signals.append(signal.SIGINT)
+
+    def ignore(_signum: int, _frame: FrameType | None) -> None:
+        pass
 
     def handler(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for sig in signals:
+            signal.signal(sig, ignore)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Terminated(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if not stopping:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
 
 
 class TritonServer:

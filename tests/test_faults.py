@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -143,6 +144,60 @@ def test_ctrl_c_stops_snakemake_and_its_jobs(copy_of):
     code, _ = job.finish()
     assert code != 0
     job.assert_nothing_left()
+
+
+def test_killed_snakemake_stops_its_job_and_a_restart_measures_alone(copy_of):
+    """SIGKILL to Snakemake alone (not its group, as the OOM killer or ``kill -9 <pid>`` do)
+    mid-measurement: its job stops as on SIGTERM instead of measuring on (and writing the CSV)
+    beside the next Snakemake, which then measures the run by itself."""
+    job = ForcedOfflineJob(copy_of)
+    job.measuring()
+    killed = time.monotonic()
+    job.proc.kill()
+    job.finish()  # reaps Snakemake once the job, which shares its output pipe, has ended too
+    assert wait_no_processes(str(copy_of)) == []
+    assert time.monotonic() - killed < 30  # the server's stop, not the measurement's end
+    log = (copy_of / "logs" / RUN.removeprefix("results/") / "offline.log").read_text()
+    assert f"Snakemake (pid {job.proc.pid}) that started this job is gone" in log
+    job.assert_nothing_left()
+    # What a user does next: unlock (Snakemake leaves its lock when killed) and run again.
+    assert run_snakemake(copy_of, "--unlock").returncode == 0
+    result = run_snakemake(copy_of, f"{RUN}/offline.csv")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (copy_of / RUN / "offline.csv").exists()
+
+
+def test_a_second_stop_signal_does_not_cut_the_cleanup_short(tmp_path):
+    """SLURM signals every process of a job, and a job whose Snakemake died signals itself: the
+    cleanup the first SIGTERM (or Ctrl-C) started runs to its end all the same."""
+    code = textwrap.dedent(
+        """
+        import os, signal, sys, time
+        from pathlib import Path
+        from deploybench.server import graceful_signals
+
+        first, marker = signal.Signals[sys.argv[1]], Path(sys.argv[2])
+        try:
+            with graceful_signals():
+                os.kill(os.getpid(), first)
+                time.sleep(10)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # during the cleanup, and after the block
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+            marker.write_text("cleaned")
+        """
+    )
+    for first, code_expected in (("SIGTERM", 143), ("SIGINT", -signal.SIGINT)):
+        marker = tmp_path / first
+        result = subprocess.run(
+            [sys.executable, "-c", code, first, str(marker)],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        assert result.returncode == code_expected, result.stderr
+        assert marker.read_text() == "cleaned"
 
 
 def test_truncated_export_is_caught_before_serving(copy_of):
