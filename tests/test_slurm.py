@@ -88,17 +88,24 @@ def slurm_snakemake(
     )  # fmt: skip
 
 
-def job_resources(output: str) -> dict[str, list[dict[str, str]]]:
-    """Rule → the `resources:` of each of its jobs, from a dry run's job listing."""
-    jobs: dict[str, list[dict[str, str]]] = {}
-    # a group job lists its jobs indented
+def job_field(output: str, field: str) -> dict[str, list[str]]:
+    """Rule → ``field`` (e.g. ``input``, ``resources``) of each of its jobs, from a dry run's job
+    listing (a group job lists its jobs indented)."""
+    jobs: dict[str, list[str]] = {}
     for block in re.split(r"\n(?=\s*\[[^\n]*\]\n\s*(?:local)?rule )", output):
         rule = re.search(r"^\s*(?:local)?rule (\w+):", block, re.MULTILINE)
-        res = re.search(r"^\s+resources: (.*)$", block, re.MULTILINE)
-        if rule and res:
-            pairs = (kv.split("=", 1) for kv in res.group(1).split(", "))
-            jobs.setdefault(rule.group(1), []).append(dict(pairs))
+        value = re.search(rf"^\s+{field}: (.*)$", block, re.MULTILINE)
+        if rule and value:
+            jobs.setdefault(rule.group(1), []).append(value.group(1))
     return jobs
+
+
+def job_resources(output: str) -> dict[str, list[dict[str, str]]]:
+    """Rule → the `resources:` of each of its jobs, from a dry run's job listing."""
+    return {
+        rule: [dict(kv.split("=", 1) for kv in res.split(", ")) for res in listed]
+        for rule, listed in job_field(output, "resources").items()
+    }
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -229,12 +236,7 @@ def test_required_preflight_gates_every_gpu_job(tmp_path):
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
-    inputs = {
-        rule: re.search(r"^\s+input: (.*)$", block, re.MULTILINE).group(1)
-        for block in re.split(r"\n(?=\s*\[[^\n]*\]\n\s*rule )", out)
-        if (rule := (re.search(r"^\s*rule (\w+):", block, re.MULTILINE) or [None, None])[1])
-        and re.search(r"^\s+input: ", block, re.MULTILINE)
-    }
+    inputs = {rule: listed[0] for rule, listed in job_field(out, "input").items()}
     assert "results/preflight/A30/pytorch-25.01.json" in inputs["convert"]
     assert "results/preflight/A30/triton-25.01.json" in inputs["online"]
     assert "results/preflight" not in inputs["export"]
