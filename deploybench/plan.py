@@ -29,6 +29,7 @@ from .errors import ConfigError
 from .io import MIB
 from .models import CHECKPOINT_FILES, framework_of
 from .preflight import PreflightSpec
+from .triton_config import PLATFORMS
 
 SCENARIOS = ("offline", "online")
 RUN_STEPS = ("convert", "repository", "accuracy", *SCENARIOS)
@@ -44,14 +45,6 @@ MEASURE_KEYS = (
     "warmup_factor",
     "timeout_s",
 )
-# Triton's platform for each native backend's artifact (the file names are Triton's defaults:
-# model.plan, model.onnx, model.pt, model.savedmodel/).
-PLATFORMS = {
-    "tensorrt": "tensorrt_plan",
-    "onnxruntime": "onnxruntime_onnx",
-    "pytorch": "pytorch_libtorch",
-    "tensorflow": "tensorflow_savedmodel",
-}
 # Which converter's settings (`models.<m>.convert.<name>`) size a backend's TensorRT accelerator.
 ACCELERATOR_SETTINGS = {"onnxruntime": "tensorrt", "tensorflow": "tf-trt"}
 # Per converter: settings that have a default (anything else under `convert.<converter>` in the
@@ -625,18 +618,6 @@ def runtime_minutes(
 # ---------------------------------------------------------------------------- preflight
 
 
-def images_of_gpu(config: dict[str, Any], gpu: str) -> dict[str, set[str]]:
-    """Image name -> the roles (framework | triton) it plays in the runs the config allows on
-    ``gpu``."""
-    used: dict[str, set[str]] = {}
-    for path in all_runs(config):
-        model, run_gpu = path.split("/")[:2]
-        if run_gpu == gpu:
-            for role, image in config["models"][model]["containers"].items():
-                used.setdefault(image, set()).add(role)
-    return used
-
-
 def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpec:
     """The preflight job of ``image`` on ``gpu``: what the runs on that GPU need of the image
     (the Triton backends its runs serve with, the TensorRT converter's trtexec flags, the
@@ -644,17 +625,20 @@ def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpe
     gpus = config["gpus"]
     if gpu not in gpus:
         raise ConfigError(f"unknown gpu {gpu!r}; valid choices: {', '.join(sorted(gpus))}")
-    used = images_of_gpu(config, gpu)
+    on_gpu = [path.split("/") for path in all_runs(config) if path.split("/")[1] == gpu]
+    used: dict[str, set[str]] = {}  # image -> the roles (framework | triton) it plays there
+    for model, *_ in on_gpu:
+        for container_role, name in config["models"][model]["containers"].items():
+            used.setdefault(name, set()).add(container_role)
     if image not in used:
         raise ConfigError(
             f"no run on gpu {gpu!r} uses image {image!r}; valid choices: "
             f"{', '.join(sorted(used)) or 'none'}"
         )
     runs = [
-        plan_run(config, *path.split("/"))
-        for path in all_runs(config)
-        if path.split("/")[1] == gpu
-        and image in config["models"][path.split("/")[0]]["containers"].values()
+        plan_run(config, *fields)
+        for fields in on_gpu
+        if image in config["models"][fields[0]]["containers"].values()
     ]
     roles = used[image]
     role = "triton" if "triton" in roles else "framework"

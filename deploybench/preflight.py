@@ -438,13 +438,6 @@ IDENTITY_MODEL_PY = textwrap.dedent(
 )
 CPU_MODEL = "preflight_cpu"
 LOAD_FAILED_PREFIX = r"^load failed for model '[^']*': version \d+ is at UNAVAILABLE state: "
-# The Triton platform of each native backend; the python backend is named as a backend.
-PLATFORMS = {
-    "onnxruntime": "onnxruntime_onnx",
-    "pytorch": "pytorch_libtorch",
-    "tensorrt": "tensorrt_plan",
-    "tensorflow": "tensorflow_savedmodel",
-}
 
 
 @dataclass(frozen=True)
@@ -504,7 +497,7 @@ def write_tiny_repository(
     python backend's plus one per backend in ``gpu_backends`` that can be written here. Returns
     the models and, per backend left out, why."""
     from .tensors import TensorSpec
-    from .triton_config import build_model_config, to_pbtxt
+    from .triton_config import PLATFORMS, build_model_config, to_pbtxt
 
     models = [TinyModel(CPU_MODEL, "python", "KIND_CPU", "x", "y")]
     left_out: dict[str, str] = {}

@@ -197,11 +197,7 @@ def preflight_spec(wildcards):
 
 def preflight_resources():
     """For `resources:` of the preflight_check rule: what a job on that GPU asks for."""
-
-    def setting(key):
-        return lambda w: getattr(dbplan.gpu_request_of(config["gpus"][w.gpu]), key)
-
-    return {f.name: setting(f.name) for f in dataclasses.fields(dbplan.GpuRequest)}
+    return request_resources(lambda w: dbplan.gpu_request_of(config["gpus"][w.gpu]))
 
 
 def requested_runs():
@@ -324,14 +320,19 @@ def repository_of(wildcards):
 # against `--resources gpu=N`. Values come from the plan's GpuRequest (`gpus.<gpu>.slurm`).
 
 
+def request_resources(request_of):
+    """`resources:` entries, one per GpuRequest field, from ``request_of(wildcards)``."""
+
+    def setting(key):
+        return lambda w: getattr(request_of(w), key)
+
+    return {f.name: setting(f.name) for f in dataclasses.fields(dbplan.GpuRequest)}
+
+
 def gpu_resources():
     """For `resources:` of the jobs that run on the run's device (convert, accuracy, offline,
     online): one whole GPU on a GPU device, in its partition; none on a CPU device."""
-
-    def setting(key):
-        return lambda w: getattr(plan_of(w).gpu_request, key)
-
-    return {f.name: setting(f.name) for f in dataclasses.fields(dbplan.GpuRequest)}
+    return request_resources(lambda w: plan_of(w).gpu_request)
 
 
 def run_runtime(step):
