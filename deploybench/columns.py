@@ -13,8 +13,10 @@ from typing import Literal
 # What a column holds: the run, the point measured, a measured value, or how the measurement
 # went. Latency components add up to the whole request (the online breakdown stacks them);
 # quantiles summarise it (the offline latency graph draws them).
-Role = Literal["run", "point", "throughput", "component", "quantile", "measurement"]
+# An interval column holds the 95 % confidence half-width (over trials) of the column `of`.
+Role = Literal["run", "point", "throughput", "component", "quantile", "interval", "measurement"]
 LATENCY_ROLES: tuple[Role, ...] = ("component", "quantile")
+INTERVAL_SUFFIX = "_ci95"
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,12 @@ class Column:
     perf_analyzer: str | None = None  # its --verbose-csv heading (latencies in µs there)
     table_label: str | None = None  # the seed pages' table heading; None: not in the tables
     chart_label: str | None = None  # its name in the charts; None: not drawn by name
+    of: str | None = None  # an interval column: the column whose half-width it holds
+
+
+def _interval(of: str) -> Column:
+    # Not a table column of its own: the report writes it beside its value ("12.3 ± 0.4").
+    return Column(of + INTERVAL_SUFFIX, "interval", of=of)
 
 
 # The CSV's columns in its order, which the seed tables keep too; the latency components
@@ -56,14 +64,46 @@ PERF_COLUMNS: tuple[Column, ...] = (
     Column("p95_latency_ms", "quantile", "p95 latency", "p95 latency (ms)"),
     Column("p99_latency_ms", "quantile", "p99 latency", "p99 latency (ms)", "p99"),
     Column("avg_latency_ms", "quantile", "Avg latency", "avg latency (ms)", "avg"),
+    # The 95 % confidence half-widths of throughput and each quantile over the point's trials
+    # (the columns above hold the trials' mean); empty with one trial.
+    _interval("throughput"),
+    _interval("p50_latency_ms"),
+    _interval("p90_latency_ms"),
+    _interval("p95_latency_ms"),
+    _interval("p99_latency_ms"),
+    _interval("avg_latency_ms"),
+    Column("trials", "measurement", table_label="Trials"),
+    # Requests per measurement window (the fewest of the trials) and all trials' measured
+    # requests; the shortest trial's measured seconds; whether the duration cap cut the
+    # request count (a slow point, measured on few requests).
     Column("request_count", "measurement"),
-    Column("measured_requests", "measurement"),
+    Column("measured_requests", "measurement", table_label="Measured requests"),
+    Column("measured_s", "measurement"),
+    Column("duration_capped", "measurement", table_label="Duration capped"),
+    # Every trial stable by perf_analyzer and the throughput interval within perf.max_ci_pct.
     Column("stable", "measurement", table_label="Stable"),
     Column("attempts", "measurement"),
 )
 # fmt: on
 
 CSV_COLUMNS: list[str] = [column.name for column in PERF_COLUMNS]
+# Value column → its interval column (throughput and the latency quantiles).
+INTERVAL_COLUMNS: dict[str, str] = {
+    column.of: column.name for column in PERF_COLUMNS if column.of is not None
+}
+# The sidecar `<scenario>.trials.csv`: one row per trial, the measured values as perf_analyzer
+# reported them (no intervals, no point-level verdicts), in the measurement order.
+TRIAL_COLUMNS: list[str] = [
+    *(c.name for c in PERF_COLUMNS if c.role in ("run", "point")),
+    "trial",
+    *(c.name for c in PERF_COLUMNS if c.role in ("throughput", *LATENCY_ROLES)),
+    "request_count",
+    "measured_requests",
+    "measured_s",
+    "duration_capped",
+    "stable",  # perf_analyzer's verdict on this trial
+    "attempts",
+]
 
 
 def _perf_analyzer_columns(roles: tuple[Role, ...]) -> dict[str, str]:
