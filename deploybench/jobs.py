@@ -222,19 +222,25 @@ def perf(
     *,
     repository: str,
     csv: str,
+    trials: str,
     provenance: str,
     server_log: str,
     perf_log: str,
 ) -> None:
-    """One scenario (offline | online): perf_analyzer over its points, one server."""
+    """One scenario (offline | online): perf_analyzer over its points, ``measure.trials``
+    times each (alternating), one server. ``csv``: a row per point (trials' mean and 95 %
+    intervals); ``trials``: a row per trial."""
+    from .columns import TRIAL_COLUMNS
     from .perf import COLUMNS as PERF_COLUMNS
     from .perf import (
         SCENARIOS,
         MeasureSettings,
         Point,
         measure_point,
+        measure_trials,
         output_bytes_per_sample,
         shared_memory_lock,
+        summarize,
         write_input_data,
     )
     from .server import graceful_signals
@@ -245,7 +251,10 @@ def perf(
     family = load_family(model["module"], model["hparams"])
     settings = MeasureSettings(**spec["measure"])
     Path(perf_log).parent.mkdir(parents=True, exist_ok=True)
-    rows = []
+    identity = {
+        **{k: run[k] for k in ("model", "gpu", "format", "precision")},
+        "scenario": scenario,
+    }
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
         sample = family.example_inputs(1, seed=0)
@@ -267,8 +276,8 @@ def perf(
                 server.http_url, model_name, sample, [s.name for s in family.outputs]
             )
             output_bytes = output_bytes_per_sample(outputs.values())
-            for p in spec["points"]:
-                point = Point(int(p["batch"]), int(p["concurrency"]))
+
+            def measure(point: Point, warm_up: bool, rate: float | None) -> dict[str, Any]:
                 row = measure_point(
                     model_name=model_name,
                     url=server.url(SCENARIOS[scenario].protocol),
@@ -279,15 +288,16 @@ def perf(
                     log_file=Path(perf_log),
                     check_server=server.check_alive,
                     output_bytes_per_sample=output_bytes,
+                    warm_up=warm_up,
+                    rate=rate,
                 )
                 log.info("%s %s: %s", scenario, point, row)
-                rows.append(
-                    {
-                        **{k: run[k] for k in ("model", "gpu", "format", "precision")},
-                        "scenario": scenario,
-                        **row,
-                    }
-                )
+                return row
+
+            points = [Point(int(p["batch"]), int(p["concurrency"])) for p in spec["points"]]
+            trial_rows = measure_trials(points, settings.trials, measure)
+    write_csv(trials, [identity | row for row in trial_rows], TRIAL_COLUMNS)
+    rows = [identity | row for row in summarize(trial_rows, settings.max_ci_pct)]
     write_csv(csv, rows, PERF_COLUMNS)
     config = {"scenario": scenario, "points": spec["points"], "measure": spec["measure"], **run}
     write_json(provenance, sidecar.collect(csv, config, tritonserver=server_info))

@@ -1,10 +1,21 @@
-"""Performance points measured by the real ``perf_analyzer``, one process per point.
+"""Performance points measured by the real ``perf_analyzer``, one process per measurement.
 
 Scenarios follow the seed pages: *offline* is static batching (each batch size at concurrency 1,
 gRPC with system shared memory); *online* is dynamic batching (HTTP, no shared memory, a
-concurrency sweep). Every point is warmed up, measured in ``count_windows`` mode, and retried with
-more requests while perf_analyzer reports it unstable (as DLE's tooling did). A point that never
-stabilises is measured once more with the stability criterion off and kept with
+concurrency sweep). Each point is measured ``trials`` times, the points alternating (trial 1 of
+every point, then trial 2, ...) so that drift of the machine spreads over all of them; the CSV
+row is the trials' mean with its 95 % confidence interval (:mod:`deploybench.stats`), the
+sidecar CSV keeps every trial.
+
+One trial is perf_analyzer in ``count_windows`` mode: a measurement merges its last 3 windows,
+each at least 1 s long and lasting until ``request_count`` requests finished (perf_analyzer
+2.41 ignores ``--measurement-interval`` in this mode). So that a fast point is not judged on a
+few seconds, the request count per window is raised until a trial lasts ``min_duration_ms``
+(from the point's rate measured in its warm-up or previous trial); so that a slow point (BERT,
+nnU-Net on a CPU) does not run for hours, it is lowered, to one request a window at least,
+until a trial fits ``max_duration_ms``, and the row says ``duration_capped``. A trial that
+perf_analyzer calls unstable is retried with more requests (as DLE's tooling did); one that
+never stabilises is measured once more with the stability criterion off and kept with
 ``stable=False``: the row is honest about it instead of missing or pretending.
 """
 
@@ -16,6 +27,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -28,8 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from . import tools
-from .columns import CSV_COLUMNS, LATENCY_COLUMNS, THROUGHPUT_COLUMNS
+from . import stats, tools
+from .columns import (
+    CSV_COLUMNS,
+    INTERVAL_COLUMNS,
+    LATENCY_COLUMNS,
+    THROUGHPUT_COLUMNS,
+)
 from .errors import PerfError
 from .process import die_with_parent
 from .server import SHM_DIR
@@ -39,6 +56,10 @@ log = logging.getLogger(__name__)
 COLUMNS = CSV_COLUMNS  # the CSV a scenario's measurement writes, in its order
 UNSTABLE_MARKER = "Failed to obtain stable measurement"
 NO_STABILITY_CHECK = "1000"  # --stability-percentage: any variation passes
+WINDOWS = 3  # perf_analyzer merges its last 3 measurement windows into the reported result
+FLOOR_MARGIN = 1.1  # aim this far above the duration floor: a trial's rate varies
+FLOOR_RERUNS = 2  # a trial that still falls short of the floor is measured again, this often
+MEASURED = [*THROUGHPUT_COLUMNS.values(), *LATENCY_COLUMNS.values()]  # averaged over trials
 
 
 @dataclass(frozen=True)
@@ -62,12 +83,37 @@ class Point:
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    request_count: int
+    request_count: int  # requests per window, at least (unless the duration cap lowers it)
     measurement_interval_ms: int = 5000
     max_retries: int = 10
     retry_request_step: int = 50
     warmup_factor: int = 2  # warm-up uses this many times the requests; 0: no warm-up
     timeout_s: float = 600.0
+    trials: int = 1  # measurements of each point
+    max_ci_pct: float = 5.0  # a stable point's throughput interval, at most, in % of its mean
+    min_duration_ms: int = 0  # a trial's measured time, at least
+    max_duration_ms: int | None = None  # a trial's measured time, at most (None: no cap)
+
+    def requests_per_window(self, rate: float | None) -> tuple[int, bool]:
+        """The request count per window for a point that completes ``rate`` requests a second
+        (None: not known yet), and whether the duration cap cut it: the configured count (or
+        the floor's) would have made the trial outlast ``max_duration_ms``."""
+        if not rate or rate <= 0:
+            return self.request_count, False
+        window_s = self.min_duration_ms / 1000 / WINDOWS * FLOOR_MARGIN
+        wanted = max(self.request_count, math.ceil(rate * window_s))
+        most = self.request_limit(rate)
+        if most is None or self.max_duration_ms is None:
+            return wanted, False
+        # capped: the wanted windows would outlast the cap (with one request a window too)
+        return min(wanted, most), wanted / rate * WINDOWS > self.max_duration_ms / 1000
+
+    def request_limit(self, rate: float | None) -> int | None:
+        """The most requests per window that keep a trial within the duration cap (one at
+        least); None without a cap or a known rate."""
+        if self.max_duration_ms is None or not rate or rate <= 0:
+            return None
+        return max(1, math.floor(rate * self.max_duration_ms / 1000 / WINDOWS))
 
 
 def write_input_data(feeds: dict[str, np.ndarray], path: Path) -> None:
@@ -194,6 +240,15 @@ def parse_result(csv_path: Path, stdout: str) -> dict[str, Any]:
     return row
 
 
+def measured_seconds(values: dict[str, Any], batch: int) -> float | None:
+    """How long a measurement's merged windows lasted: its requests' inferences over its
+    throughput (perf_analyzer reports both, not the duration)."""
+    requests, throughput = values.get("measured_requests"), values["throughput"]
+    if not requests or not throughput:
+        return None
+    return float(requests * batch / throughput)
+
+
 def run_perf_analyzer(cmd: list[str], timeout_s: float, log_file: Path | None) -> tuple[int, str]:
     """Run one perf_analyzer process; killed (whole group) past ``timeout_s``."""
     with subprocess.Popen(
@@ -234,8 +289,12 @@ def measure_point(
     log_file: Path | None = None,
     check_server: Callable[[], None] = lambda: None,
     output_bytes_per_sample: int = 0,
+    warm_up: bool = True,
+    rate: float | None = None,
 ) -> dict[str, Any]:
-    """Warm up, then measure until stable (at most ``max_retries`` retries)."""
+    """One trial of one point: warm up (``warm_up``, and a warm-up factor), then measure until
+    stable (at most ``max_retries`` retries) for at least the duration floor. ``rate``: the
+    point's requests per second when known (a warm-up measures it)."""
     with tempfile.TemporaryDirectory(prefix="deploybench-pa-") as tmp:
         result_csv = Path(tmp) / "point.csv"
 
@@ -260,31 +319,126 @@ def measure_point(
                 raise PerfError(f"perf_analyzer failed (exit {code}) at {point}:\n{out[-2000:]}")
             return code, out
 
-        if settings.warmup_factor:
-            attempt(settings.request_count * settings.warmup_factor, NO_STABILITY_CHECK)
+        def rate_of(values: dict[str, Any]) -> float:
+            return float(values["throughput"]) / point.batch
 
-        requests = settings.request_count
-        for tries in range(1, settings.max_retries + 2):
-            code, out = attempt(requests, None)
+        if warm_up and settings.warmup_factor:
+            code, out = attempt(settings.request_count * settings.warmup_factor, NO_STABILITY_CHECK)
             if code == 0:
-                return _row(point, parse_result(result_csv, out), requests, True, tries)
-            log.warning("%s unstable with %d requests (try %d)", point, requests, tries)
-            requests += settings.retry_request_step
-        requests -= settings.retry_request_step
-        code, out = attempt(requests, NO_STABILITY_CHECK)
-        if code != 0:
-            raise PerfError(f"perf_analyzer could not measure {point}:\n{out[-2000:]}")
-        return _row(point, parse_result(result_csv, out), requests, False, settings.max_retries + 2)
+                rate = rate_of(parse_result(result_csv, out))
+
+        floor_s = settings.min_duration_ms / 1000
+        requests, capped = settings.requests_per_window(rate)
+        attempts = unstable = short = 0
+        stability: str | None = None  # perf_analyzer's own criterion, until it never holds
+        while True:
+            attempts += 1
+            code, out = attempt(requests, stability)
+            if code != 0:
+                if stability is not None:
+                    raise PerfError(f"perf_analyzer could not measure {point}:\n{out[-2000:]}")
+                unstable += 1
+                log.warning("%s unstable with %d requests (try %d)", point, requests, attempts)
+                if unstable > settings.max_retries:
+                    stability = NO_STABILITY_CHECK  # measured once more, kept as unstable
+                    continue
+                requests += settings.retry_request_step
+                limit = settings.request_limit(rate)
+                if limit is not None:  # retries stay within the duration cap
+                    requests = min(requests, limit)
+                continue
+            values = parse_result(result_csv, out)
+            seconds = measured_seconds(values, point.batch)
+            if seconds is not None and seconds < floor_s and not capped and short < FLOOR_RERUNS:
+                short += 1
+                log.warning(
+                    "%s measured %.2f s with %d requests a window, under the %.2f s floor",
+                    point,
+                    seconds,
+                    requests,
+                    floor_s,
+                )
+                rate = rate_of(values)
+                floor_requests, capped = settings.requests_per_window(rate)
+                requests = max(requests, floor_requests)
+                continue
+            return _row(point, values, requests, stability is None, attempts, capped)
+
+
+def measure_trials(
+    points: Iterable[Point],
+    trials: int,
+    measure: Callable[[Point, bool, float | None], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Every point ``trials`` times, alternating: trial 1 of each point, then trial 2, ...
+    ``measure(point, warm_up, rate)`` measures one trial; a point is warmed up on its first
+    visit only, later visits start from the rate its previous trial measured. Returns the
+    trials' rows (each with its ``trial`` number) in measurement order."""
+    points = list(points)
+    rates: dict[Point, float | None] = {}
+    rows = []
+    for trial in range(1, trials + 1):
+        for point in points:
+            row = measure(point, trial == 1, rates.get(point))
+            throughput = row.get("throughput")
+            rates[point] = float(throughput) / point.batch if throughput else None
+            rows.append({**row, "trial": trial})
+    return rows
+
+
+def summarize(trial_rows: list[dict[str, Any]], max_ci_pct: float) -> list[dict[str, Any]]:
+    """One row per point (in first-measured order) from its trials: the mean of every measured
+    column, the 95 % half-widths of throughput and the quantiles (empty with one trial), and
+    how the point was measured. ``stable``: perf_analyzer called every trial stable, and (with
+    two trials or more) the throughput interval is within ``max_ci_pct`` % of the mean."""
+    by_point: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for row in trial_rows:
+        by_point.setdefault((int(row["batch"]), int(row["concurrency"])), []).append(row)
+    summary = []
+    for (batch, concurrency), rows in by_point.items():
+        point: dict[str, Any] = {"batch": batch, "concurrency": concurrency}
+        intervals = {c: stats.interval([float(r[c]) for r in rows]) for c in MEASURED}
+        for column, iv in intervals.items():
+            point[column] = round(iv.mean, 6)
+            if column in INTERVAL_COLUMNS:
+                point[INTERVAL_COLUMNS[column]] = (
+                    None if math.isnan(iv.half_width) else round(iv.half_width, 6)
+                )
+        throughput = intervals["throughput"]
+        requests = [r.get("measured_requests") for r in rows]
+        seconds = [r.get("measured_s") for r in rows]
+        counted = None if None in requests else sum(int(n) for n in requests if n is not None)
+        timed = None if None in seconds else min(float(t) for t in seconds if t is not None)
+        point |= {
+            "trials": len(rows),
+            "request_count": min(int(r["request_count"]) for r in rows),
+            "measured_requests": counted,
+            "measured_s": timed,
+            "duration_capped": any(bool(r.get("duration_capped")) for r in rows),
+            "stable": all(bool(r["stable"]) for r in rows)
+            and (throughput.n < 2 or throughput.within(max_ci_pct)),
+            "attempts": sum(int(r["attempts"]) for r in rows),
+        }
+        summary.append(point)
+    return summary
 
 
 def _row(
-    point: Point, values: dict[str, Any], requests: int, stable: bool, attempts: int
+    point: Point,
+    values: dict[str, Any],
+    requests: int,
+    stable: bool,
+    attempts: int,
+    capped: bool,
 ) -> dict[str, Any]:
+    seconds = measured_seconds(values, point.batch)
     return {
         "batch": point.batch,
         "concurrency": point.concurrency,
         **values,
         "request_count": requests,
+        "measured_s": None if seconds is None else round(seconds, 3),
+        "duration_capped": capped,
         "stable": stable,
         "attempts": attempts,
     }

@@ -44,6 +44,10 @@ MEASURE_KEYS = (
     "retry_request_step",
     "warmup_factor",
     "timeout_s",
+    "trials",
+    "max_ci_pct",
+    "min_duration_ms",
+    "max_duration_ms",
 )
 # Which converter's settings (`models.<m>.convert.<name>`) size a backend's TensorRT accelerator.
 ACCELERATOR_SETTINGS = {"onnxruntime": "tensorrt", "tensorflow": "tf-trt"}
@@ -431,7 +435,12 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         gpu_request=gpu_request(run),
         runtime=frozen(
             {
-                step: runtime_minutes(config, run.settings, step, len(points.get(step, ())))
+                step: runtime_minutes(
+                    config,
+                    run.settings,
+                    step,
+                    len(points.get(step, ())) * int(run.settings["perf"]["trials"]),
+                )
                 for step in RUN_STEPS
             }
         ),
@@ -562,6 +571,11 @@ def online_points(run: Run) -> list[dict[str, int]]:
 
 def measure_settings(run: Run) -> dict[str, Any]:
     perf = run.settings["perf"]
+    if perf["min_duration_ms"] > perf["max_duration_ms"]:
+        raise ConfigError(
+            f"{run.path}: perf.min_duration_ms ({perf['min_duration_ms']}) exceeds "
+            f"perf.max_duration_ms ({perf['max_duration_ms']}); a trial cannot last both"
+        )
     return {key: perf[key] for key in MEASURE_KEYS}
 
 
@@ -605,8 +619,8 @@ def runtime_minutes(
     config: dict[str, Any], settings: Mapping[str, Any], step: str, points: int = 0
 ) -> int:
     """The time limit of ``step``'s job on a cluster (`runtime`, minutes; sbatch --time): the
-    step's minutes plus ``points`` measurement points' minutes, times the margin; `runtime` in
-    the model's (sized) settings overrides the workflow's."""
+    step's minutes plus ``points`` measurements' minutes (points x trials), times the margin;
+    `runtime` in the model's (sized) settings overrides the workflow's."""
     table = deep_merge(dict(config["runtime"]), dict(settings.get("runtime") or {}))
     steps = table["steps"]
     if step not in steps:

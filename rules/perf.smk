@@ -11,6 +11,8 @@ rule offline:
         preflight=preflight_input("triton"),
     output:
         csv=f"{RUN_DIR}/{{scenario}}.csv",
+        # one row per trial (the CSV above: one per point, the trials' mean and interval)
+        trials=f"{RUN_DIR}/{{scenario}}.trials.csv",
         provenance=f"{RUN_DIR}/{{scenario}}.provenance.json",
     log:
         job=f"{LOG_DIR}/{{scenario}}.log",

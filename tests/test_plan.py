@@ -257,14 +257,15 @@ def test_scripts_only_call_the_entry_point():
 # ------------------------------------------------------------------------ cluster limits
 
 
-def test_runtime_is_the_steps_minutes_plus_its_points_times_the_margin():
+def test_runtime_is_the_steps_minutes_plus_its_trials_times_the_margin():
     config = workflow_config(
         {"runtime": {"margin": 1.5, "per_point": 2, "steps": {"convert": 7, "offline": 3}}}
     )
     plan = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
-    points = len(plan.points["offline"])
+    trials = len(plan.points["offline"]) * plan.measure["trials"]
+    assert plan.measure["trials"] == 3  # the schema's default
     assert plan.runtime["convert"] == 11  # ceil(7 * 1.5)
-    assert plan.runtime["offline"] == -(-(3 + 2 * points) * 3 // 2)  # ceil((3 + 2n) * 1.5)
+    assert plan.runtime["offline"] == -(-(3 + 2 * trials) * 3 // 2)  # ceil((3 + 2n) * 1.5)
     # a model's own `runtime` overrides the workflow's, for that model only
     config["models"]["tft"]["runtime"] = {"steps": {"export": 40}}
     assert dbplan.plan_model(config, "tft").runtime["export"] == 60
@@ -290,3 +291,11 @@ def test_preflight_plan_says_what_the_runs_on_a_gpu_need_of_an_image():
         dbplan.plan_preflight(config, "A30", "tensorflow-25.02x")
     with pytest.raises(ConfigError, match="unknown gpu 'B200'"):
         dbplan.plan_preflight(config, "B200", "triton-25.01")
+
+
+def test_duration_floor_above_the_cap_is_refused():
+    config = workflow_config(
+        {"models": {"tft": {"perf": {"min_duration_ms": 9000, "max_duration_ms": 5000}}}}
+    )
+    with pytest.raises(ConfigError, match=r"min_duration_ms \(9000\) exceeds .*\(5000\)"):
+        dbplan.plan_run(config, "tft", "A30", "trt", "fp16")

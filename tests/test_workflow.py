@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from deploybench import stats
 from deploybench.checkpoint import write_seeded_checkpoint
+from deploybench.columns import INTERVAL_COLUMNS, TRIAL_COLUMNS
 from deploybench.config import deep_merge
 from deploybench.models import load_family
 from deploybench.perf import COLUMNS
@@ -63,6 +65,47 @@ def test_perf_csvs_have_published_columns_and_plausible_values(workdir):
             assert float(r["server_compute_infer_ms"]) > 0
             assert r["stable"] in ("True", "False")
             assert int(r["request_count"]) >= 10
+
+
+def test_points_are_measured_in_alternating_trials_with_intervals(workdir):
+    """The smoke TFT measures each point 3 times (each trial at least the 3 s floor): the CSV
+    holds the trials' mean and 95 % half-width, and `stable` follows the rule."""
+    settings = TINY["sizings"]["cpu"]["tft"]["perf"]
+    trials, floor_s = settings["trials"], settings["min_duration_ms"] / 1000
+    for scenario, points in (("offline", [(1, 1), (4, 1)]), ("online", [(1, 2)])):
+        rows = read_csv(workdir / RUN / f"{scenario}.csv")
+        measured = read_csv(workdir / RUN / f"{scenario}.trials.csv")
+        assert list(measured[0]) == TRIAL_COLUMNS
+        # alternating: trial 1 of every point, then trial 2, ...
+        assert [(int(t["batch"]), int(t["concurrency"]), int(t["trial"])) for t in measured] == [
+            (*p, n) for n in range(1, trials + 1) for p in points
+        ]
+        for r in rows:
+            mine = [
+                t
+                for t in measured
+                if (t["batch"], t["concurrency"]) == (r["batch"], r["concurrency"])
+            ]
+            assert int(r["trials"]) == trials == len(mine)
+            for column in ("throughput", "p99_latency_ms"):
+                iv = stats.interval([float(t[column]) for t in mine])
+                assert float(r[column]) == pytest.approx(iv.mean, rel=1e-5)
+                assert float(r[INTERVAL_COLUMNS[column]]) == pytest.approx(iv.half_width, rel=1e-4)
+            # the floor: fast points get more than the configured 10 requests a window, and no
+            # trial measured less than the floor
+            assert all(float(t["measured_s"]) >= floor_s for t in mine)
+            assert int(r["request_count"]) > settings["request_count"]
+            assert float(r["measured_s"]) == min(float(t["measured_s"]) for t in mine)
+            assert r["duration_capped"] == "False"
+            assert int(r["measured_requests"]) == sum(int(t["measured_requests"]) for t in mine)
+            throughput = stats.interval([float(t["throughput"]) for t in mine])
+            stable = all(t["stable"] == "True" for t in mine) and throughput.within(
+                settings["max_ci_pct"]
+            )
+            assert r["stable"] == str(stable)
+    # a one-trial model (the smoke run's others) has no interval, and says so
+    [first, *_] = read_csv(workdir / "results/bert/cpu/onnx/fp32/offline.csv")
+    assert first["trials"] == "1" and first["throughput_ci95"] == ""
 
 
 def test_accuracy_csv_passes(workdir):

@@ -1,0 +1,220 @@
+"""Repeated trials and their intervals: the arithmetic against hand-computed values, the duration
+floor and cap, the alternation of points, and the `stable` rule (perf_analyzer stood in for)."""
+
+import math
+
+import pytest
+
+from deploybench import perf, stats
+from tests.test_units import PA_CSV
+
+# --------------------------------------------------------------------------- the arithmetic
+
+
+def test_t_quantiles_are_students():
+    # t(0.975, df) from statistical tables
+    assert stats.t_critical(1) == pytest.approx(12.7062, abs=1e-4)
+    assert stats.t_critical(2) == pytest.approx(4.3027, abs=1e-4)
+    assert stats.t_critical(4) == pytest.approx(2.7764, abs=1e-4)
+    assert stats.t_critical(40) == pytest.approx(2.0211, abs=1e-4)
+    assert stats.t_critical(120) == pytest.approx(1.9799, abs=1e-4)
+    with pytest.raises(ValueError, match="at least 1"):
+        stats.t_critical(0)
+
+
+def test_interval_by_hand():
+    # 10, 12, 14: mean 12, s = 2, s/sqrt(3) = 1.1547, t(0.975, 2) = 4.3027 -> 4.9683
+    iv = stats.interval([10.0, 12.0, 14.0])
+    assert iv.mean == 12.0 and iv.n == 3
+    assert iv.half_width == pytest.approx(4.9683, abs=1e-4)
+    assert iv.relative == pytest.approx(0.41402, abs=1e-5)
+    assert iv.within(41.5) and not iv.within(41.3)
+    # 100, 102: s = sqrt(2), s/sqrt(2) = 1, t(0.975, 1) = 12.706 -> 12.706
+    assert stats.interval([100.0, 102.0]).half_width == pytest.approx(12.7062, abs=1e-4)
+    one = stats.interval([5.0])
+    assert one.mean == 5.0 and math.isnan(one.half_width) and not one.within(100)
+
+
+def test_change_is_significant_only_outside_the_combined_intervals():
+    a = stats.Interval(100.0, 3.0, 3)
+    # 100 ± 3 vs 95 ± 4: |Δ| = 5 = sqrt(9 + 16): not outside
+    assert not stats.change(a, stats.Interval(95.0, 4.0, 3)).significant
+    slower = stats.change(a, stats.Interval(94.9, 4.0, 3))
+    assert slower.significant and slower.ratio == pytest.approx(0.949)
+    # ratio's half-width: 0.949 * sqrt((3/100)^2 + (4/94.9)^2)
+    assert slower.ratio_half_width == pytest.approx(0.949 * math.hypot(0.03, 4 / 94.9))
+    assert not stats.change(a, stats.Interval(50.0, math.nan, 1)).significant  # no interval
+    assert stats.ratio_to(stats.Interval(90.0, 4.5, 3), 100.0) == (0.9, 0.045)
+
+
+# ------------------------------------------------------------------------ requests per window
+
+
+def test_floor_raises_and_cap_lowers_the_request_count():
+    settings = perf.MeasureSettings(request_count=10, min_duration_ms=6000, max_duration_ms=30000)
+    assert settings.requests_per_window(None) == (10, False)  # rate not known yet
+    # 500 requests/s: 2 s windows (x 1.1) need 1100 requests
+    assert settings.requests_per_window(500.0) == (1100, False)
+    # 0.1 requests/s: 10 requests a window would take 300 s; the cap fits 1 (30 s / 3 windows)
+    assert settings.requests_per_window(0.1) == (1, True)
+    # 1 request/s: 10 a window = 30 s a trial, exactly the cap: not cut
+    assert settings.requests_per_window(1.0) == (10, False)
+    assert settings.requests_per_window(0.5) == (5, True)
+    no_cap = perf.MeasureSettings(request_count=10)
+    assert no_cap.requests_per_window(0.1) == (10, False)
+
+
+# ------------------------------------------------------------------------- one trial, stood in
+
+STAND_IN = """#!/usr/bin/env bash
+# stand-in perf_analyzer: reports 3 windows of the requested count; unstable below {ok}
+count=0; out=""; stab=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --measurement-request-count) count=$2; shift;;
+    -f) out=$2; shift;;
+    --stability-percentage) stab=$2; shift;;
+  esac; shift
+done
+echo "$count $stab" >> {calls}
+if [ "$count" -lt {ok} ] && [ -z "$stab" ]; then
+  echo "Failed to obtain stable measurement within 10 measurement windows"; exit 2
+fi
+printf 'Client: \\n    Request count: %d\\n' $((count * 3))
+cat > "$out" <<CSV
+{csv}CSV
+"""
+
+
+def stand_in(tmp_path, monkeypatch, ok=0):
+    calls = tmp_path / "calls"
+    script = tmp_path / "pa"
+    script.write_text(STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV))
+    script.chmod(0o755)
+    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
+    return calls
+
+
+def measure(tmp_path, settings, **kwargs):
+    return perf.measure_point(
+        model_name="m",
+        url="u",
+        scenario=perf.SCENARIOS["online"],
+        point=perf.Point(1, 2),
+        input_data=tmp_path / "d.json",
+        settings=settings,
+        **kwargs,
+    )
+
+
+def test_warm_up_rate_sets_the_floor(tmp_path, monkeypatch):
+    calls = stand_in(tmp_path, monkeypatch)
+    settings = perf.MeasureSettings(request_count=10, warmup_factor=1, min_duration_ms=3000)
+    row = measure(tmp_path, settings)
+    # the stand-in's 255.716 inf/s at batch 1: 1 s windows (x 1.1) need 282 requests
+    assert calls.read_text().split("\n")[:-1] == ["10 1000", "282 "]
+    assert row["request_count"] == 282 and row["measured_requests"] == 846
+    assert row["measured_s"] == pytest.approx(846 / 255.716, abs=1e-3)
+    assert row["stable"] is True and row["duration_capped"] is False and row["attempts"] == 1
+
+
+def test_a_trial_short_of_the_floor_is_measured_again(tmp_path, monkeypatch):
+    calls = stand_in(tmp_path, monkeypatch)
+    # no warm-up, no rate: the first trial measures 10 a window (0.12 s), then the floor's count
+    settings = perf.MeasureSettings(request_count=10, warmup_factor=0, min_duration_ms=3000)
+    row = measure(tmp_path, settings)
+    assert calls.read_text().split("\n")[:-1] == ["10 ", "282 "]
+    assert row["measured_s"] >= 3.0 and row["attempts"] == 2
+
+
+def test_slow_point_is_capped_and_says_so(tmp_path, monkeypatch):
+    calls = stand_in(tmp_path, monkeypatch)
+    settings = perf.MeasureSettings(
+        request_count=2000, warmup_factor=0, min_duration_ms=0, max_duration_ms=3000
+    )
+    # 255.716 requests/s known from a previous trial: 3 s over 3 windows fits 255
+    row = measure(tmp_path, settings, warm_up=False, rate=255.716)
+    assert calls.read_text().split("\n")[:-1] == ["255 "]
+    assert row["duration_capped"] is True and row["request_count"] == 255
+
+
+def test_unstable_retries_stay_within_the_cap(tmp_path, monkeypatch):
+    calls = stand_in(tmp_path, monkeypatch, ok=10**6)
+    settings = perf.MeasureSettings(
+        request_count=300, warmup_factor=0, max_retries=2, retry_request_step=50,
+        max_duration_ms=3000,
+    )  # fmt: skip
+    row = measure(tmp_path, settings, rate=255.716)
+    # capped at 255 a window: retries cannot add requests; the last try runs without the check
+    assert calls.read_text().split("\n")[:-1] == ["255 ", "255 ", "255 ", "255 1000"]
+    assert row["stable"] is False and row["duration_capped"] is True and row["attempts"] == 4
+
+
+# ---------------------------------------------------------------------- trials and the summary
+
+
+def test_points_alternate_and_warm_up_once():
+    seen = []
+
+    def fake(point, warm_up, rate):
+        seen.append((point.batch, warm_up, rate))
+        return {"batch": point.batch, "concurrency": 1, "throughput": 10.0 * point.batch}
+
+    points = [perf.Point(1, 1), perf.Point(4, 1)]
+    rows = perf.measure_trials(points, 3, fake)
+    assert seen == [
+        (1, True, None),
+        (4, True, None),
+        (1, False, 10.0),  # requests per second: throughput / batch
+        (4, False, 10.0),
+        (1, False, 10.0),
+        (4, False, 10.0),
+    ]
+    assert [r["trial"] for r in rows] == [1, 1, 2, 2, 3, 3]
+
+
+def trial(batch, throughput, p99, stable=True, capped=False, seconds=5.0):
+    values = dict.fromkeys(perf.MEASURED, 1.0)
+    return values | {
+        "batch": batch,
+        "concurrency": 1,
+        "throughput": throughput,
+        "p99_latency_ms": p99,
+        "request_count": 50,
+        "measured_requests": 100,
+        "measured_s": seconds,
+        "duration_capped": capped,
+        "stable": stable,
+        "attempts": 1,
+    }
+
+
+def test_summary_is_the_mean_with_its_interval_and_the_stable_rule():
+    rows = [
+        trial(1, 100.0, 2.0),
+        trial(8, 400.0, 9.0),
+        trial(1, 102.0, 2.2, seconds=4.0),
+        trial(8, 300.0, 9.0),
+        trial(1, 104.0, 2.4),
+        trial(8, 500.0, 9.0, capped=True),
+    ]
+    one, eight = perf.summarize(rows, max_ci_pct=10)
+    assert (one["batch"], eight["batch"]) == (1, 8)
+    assert one["throughput"] == 102.0 and one["trials"] == 3
+    # 100, 102, 104: s = 2 -> 4.3027 * 2 / sqrt(3) = 4.9683 (4.9 % of the mean: stable)
+    assert one["throughput_ci95"] == pytest.approx(4.9683, abs=1e-4)
+    assert one["p99_latency_ms"] == pytest.approx(2.2)
+    assert one["p99_latency_ms_ci95"] == pytest.approx(0.49683, abs=1e-5)
+    assert one["stable"] is True and one["measured_s"] == 4.0 and one["measured_requests"] == 300
+    assert one["attempts"] == 3 and one["duration_capped"] is False
+    # 300..500: ± 248 (62 % of the mean): every trial stable, yet the point is not
+    assert eight["throughput_ci95"] == pytest.approx(248.4138, abs=1e-3)
+    assert eight["stable"] is False and eight["duration_capped"] is True
+    # one trial called unstable by perf_analyzer makes the point unstable
+    rows[2] = trial(1, 102.0, 2.2, stable=False)
+    assert perf.summarize(rows, max_ci_pct=10)[0]["stable"] is False
+
+
+def test_one_trial_has_no_interval():
+    [row] = perf.summarize([trial(1, 100.0, 2.0)], max_ci_pct=5)
+    assert row["throughput_ci95"] is None and row["trials"] == 1 and row["stable"] is True
