@@ -98,6 +98,7 @@ class ForcedOfflineJob:
     def assert_nothing_left(self) -> None:
         assert wait_no_processes(str(self.workdir)) == []
         assert not (self.workdir / RUN / "offline.csv").exists()
+        assert not (self.workdir / RUN / "offline.trials.csv").exists()
         assert not list((self.workdir / RUN).glob(".offline*")), "partial output left"
         # the job's and perf_analyzer's temporary folders (a library's session file may stay)
         assert list(self.tmp.glob("deploybench-*")) == [], "temporary files left"

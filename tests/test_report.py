@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import xml.etree.ElementTree as ET
 import zipfile
@@ -9,8 +10,18 @@ import zipfile
 import pandas as pd
 import pytest
 
-from deploybench.report import published_rows, ratios
+from deploybench import jobs
+from deploybench.columns import TABLE_LABELS
+from deploybench.report import (
+    between_runs,
+    between_runs_section,
+    markdown_table,
+    published_rows,
+    ratios,
+    summary_section,
+)
 from tests.conftest import REPO, base_config, planned_jobs, run_snakemake
+from tests.test_compare import write_run
 
 PUBLISHED = REPO / "config" / "reference" / "published.csv"
 MEASUREMENT_RULES = {"prepare_checkpoint", "export", "repository", "accuracy", "offline", "online"}
@@ -46,6 +57,108 @@ def test_ratio_per_point_joins_scenario_batch_and_concurrency():
     assert table["p99_latency_ratio"].tolist() == pytest.approx([4.0] * 3)
 
 
+def test_ratio_to_published_carries_the_measured_interval():
+    published = pd.read_csv(PUBLISHED)
+    rows = published_rows(base_config(), published, "tft/A30/trt/fp16")
+    point = rows[rows["scenario"] == "offline"].head(1)
+    reference = float(point["throughput"].iloc[0])
+    measured = point.assign(
+        throughput=0.93 * reference,
+        throughput_ci95=0.04 * reference,
+        p99_latency_ms_ci95=float("nan"),
+        trials=5,
+    )
+    table = ratios(measured, rows)
+    assert table["throughput_ratio"].tolist() == pytest.approx([0.93])
+    assert table["throughput_ratio_ci95"].tolist() == pytest.approx([0.04])
+    assert table["p99_latency_ratio_ci95"].isna().all()  # no interval: the ratio alone
+    page = summary_section({"tft/A30/trt/fp16": table})
+    assert "| 0.930 ± 0.040 | 1 |" in page  # throughput ratio ± h, p99 ratio alone
+    # one trial (or an older CSV without the columns): no interval
+    single = ratios(point.assign(throughput=0.5 * reference), rows)
+    assert single["throughput_ratio_ci95"].isna().all()
+    assert single["throughput_ratio"].tolist() == pytest.approx([0.5])
+
+
+def test_table_cells_hold_a_value_and_its_interval():
+    frame = pd.DataFrame(
+        [
+            {"batch": 1, "throughput": 123.44, "throughput_ci95": 5.6, "p99_latency_ms": 2.5,
+             "p99_latency_ms_ci95": float("nan"), "trials": 3},
+        ]
+    )  # fmt: skip
+    table = markdown_table(frame, TABLE_LABELS)
+    assert table.splitlines()[0] == "| Batch | Inferences/Second | p99 latency (ms) | Trials |"
+    assert table.splitlines()[2] == "| 1 | 123.4 ± 5.6 | 2.5 | 3 |"
+
+
+def _run(throughput: float, ci: float, points: list[tuple[str, int, int]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"scenario": s, "batch": b, "concurrency": c, "throughput": throughput * b,
+             "throughput_ci95": ci * b, "p99_latency_ms": 10.0, "p99_latency_ms_ci95": 0.2,
+             "trials": 3}
+            for s, b, c in points
+        ]
+    )  # fmt: skip
+
+
+def test_runs_of_a_page_against_the_first_listed_run_that_measured_the_point():
+    frames = {
+        "tft/cpu/onnx/fp32": _run(100.0, 2.0, [("offline", 1, 1), ("offline", 8, 1)]),
+        "tft/cpu/ts-trace/fp32": _run(50.0, 1.0, [("offline", 1, 1), ("online", 1, 4)]),
+        "tft/cpu/ts-script/fp32": _run(98.0, 2.0, [("offline", 8, 1), ("online", 1, 4)]),
+    }
+    table = between_runs(frames)
+    pairs = [(r.run, r.against, r.scenario, r.batch) for r in table.itertuples()]
+    assert pairs == [
+        ("tft/cpu/ts-trace/fp32", "tft/cpu/onnx/fp32", "offline", 1),
+        ("tft/cpu/ts-script/fp32", "tft/cpu/onnx/fp32", "offline", 8),
+        # online batch 1 concurrency 4: the first listed run has no such point
+        ("tft/cpu/ts-script/fp32", "tft/cpu/ts-trace/fp32", "online", 1),
+    ]
+    assert table["throughput_verdict"].tolist() == ["slower", "no significant change", "faster"]
+    assert table["throughput_ratio"].tolist() == pytest.approx([0.5, 0.98, 1.96])
+    page = between_runs_section(frames)
+    assert "## Between runs" in page
+    assert "| tft/cpu/ts-trace/fp32 | tft/cpu/onnx/fp32 | offline | 1 | 1 | 0.500 ± 0.014 |" in page
+    assert between_runs_section({"tft/cpu/onnx/fp32": frames["tft/cpu/onnx/fp32"]}).endswith(
+        "nothing to compare."
+    )
+
+
+def test_report_page_compares_its_runs_with_intervals(tmp_path):
+    """jobs.report on two small runs (no measurement): the between-runs section, and values
+    with their intervals in the run tables."""
+    runs = []
+    for name, throughput in (("tft/cpu/onnx/fp32", 100.0), ("tft/cpu/ts-trace/fp32", 60.0)):
+        directory = write_run(tmp_path / "results", throughput=throughput, ci=1.0, run=name)
+        provenance = directory / "offline.provenance.json"
+        provenance.write_text(json.dumps({"config": {"gpu_name": "CPU"}}))
+        runs.append(
+            {"path": name, "offline": str(directory / "offline.csv"),
+             "online": str(directory / "online.csv"), "plots": [],
+             "provenance": str(provenance), "accelerator": None}
+        )  # fmt: skip
+    stems = {s: str(tmp_path / "reports" / f"comparison_{s}") for s in ("offline", "online")}
+    spec = {"model": "tft", "runs": runs, "stems": stems, "options": {"width": 300, "height": 200}}
+    page = tmp_path / "reports" / "tft.md"
+    jobs.report(
+        spec,
+        published=str(PUBLISHED),
+        markdown=str(page),
+        html=str(page.with_suffix(".html")),
+        config=base_config(),
+    )
+    text = page.read_text()
+    assert text.index("## Measured vs published") < text.index("## Between runs")
+    assert (
+        "| tft/cpu/ts-trace/fp32 | tft/cpu/onnx/fp32 | offline | 8 | 1 | 0.600 ± 0.012 | slower |"
+        in text
+    )
+    assert "| 8 | 1 | 800.0 ± 8.0 |" in text  # the offline table: throughput ± its half-width
+
+
 @pytest.fixture(scope="module")
 def reported(smoke_run, tmp_path_factory):
     """A copy of the shared CPU run with `snakemake report` run in it."""
@@ -65,6 +178,9 @@ def test_report_after_the_cpu_run_only_plots_and_writes(reported):
     page = (work / "reports" / "cpu" / "tft.md").read_text()
     for heading in ("## Measured vs published", "## tft/cpu/onnx/fp32", "### Configuration"):
         assert heading in page
+    # 2 CPU runs of TFT, 3 trials a point: values with their intervals, the runs compared
+    assert "## Between runs" in page and "| tft/cpu/ts-trace/fp32 | tft/cpu/onnx/fp32 |" in page
+    assert " ± " in page
     assert "| Max batch size | 8 |" in page  # the smoke sizing's Triton settings
     assert "Inferences/Second" in page and "### Provenance" in page
     assert "<table>" in (work / "reports" / "cpu" / "tft.html").read_text()

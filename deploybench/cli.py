@@ -1,0 +1,132 @@
+"""The ``deploybench`` command (also ``python -m deploybench``).
+
+``deploybench compare A B``: B's perf results against A's, point by point (see
+:mod:`deploybench.compare`). Exit status 0: no regression; 1: a regression; 2: a usage error
+(a path that is not there, nothing in common, a bad config or threshold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import DeploybenchError
+
+DEFAULT_CONFIG = Path("config") / "config.yaml"
+USAGE_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="deploybench")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    compare = commands.add_parser(
+        "compare",
+        help="compare two result trees point by point, within their 95 % intervals",
+        description="B against A at every (run, scenario, batch, concurrency) both hold: "
+        "throughput and p99 latency, ratio B/A ± its 95 % half-width, and whether the change "
+        "lies outside the two runs' combined intervals. A significant change worse than the "
+        "threshold is a regression (exit status 1).",
+    )
+    compare.add_argument("a", type=Path, help="the baseline: a result tree or a run directory")
+    compare.add_argument("b", type=Path, help="compared with A: a result tree or a run directory")
+    compare.add_argument(
+        "--threshold",
+        type=float,
+        metavar="PCT",
+        help="a regression: a significant change worse than PCT %% "
+        "(default: compare.regression_pct of the config)",
+    )
+    compare.add_argument(
+        "--configfile",
+        type=Path,
+        help=f"the workflow config (default: {DEFAULT_CONFIG}, else the source tree's)",
+    )
+    compare.add_argument("--csv", type=Path, metavar="PATH", help="also write the table as CSV")
+    args = parser.parse_args(argv)
+    try:
+        return run_compare(args)
+    except DeploybenchError as error:
+        print(f"deploybench {args.command}: {error}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from .compare import compare_trees
+    from .io import write_csv
+
+    threshold = args.threshold
+    if threshold is None or args.configfile is not None:  # a named config is checked anyway
+        configured = float(load_config(args.configfile)["compare"]["regression_pct"])
+        threshold = configured if threshold is None else threshold
+    result = compare_trees(args.a, args.b, threshold)
+    print(f"# {result.b} against {result.a}\n")
+    print(markdown(result.points))
+    print()
+    for note in result.notes:
+        print(f"Note: {note}")
+    print(result.summary())
+    if args.csv:
+        write_csv(args.csv, result.points.to_dict("records"), list(result.points.columns))
+        print(f"Written: {args.csv}")
+    regressions = result.regressions
+    if regressions.empty:
+        return 0
+    print(f"\n{len(regressions)} regression(s):")
+    for row in regressions.to_dict("records"):
+        print(f"- {describe(row)}")
+    return 1
+
+
+def load_config(path: Path | None) -> dict[str, Any]:
+    """The workflow config, validated against the schema (defaults filled in)."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    from .config import load_yaml
+    from .errors import ConfigError
+    from .images import source_tree
+
+    schema = source_tree() / "config" / "schema" / "config.schema.yaml"
+    if path is None:
+        path = DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else source_tree() / DEFAULT_CONFIG
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    config = load_yaml(path)
+    try:
+        validate(config, str(schema))
+    except WorkflowError as error:
+        raise ConfigError(f"{path} does not match {schema}: {error}") from error
+    return dict(config)
+
+
+def markdown(points: Any) -> str:
+    from .compare import METRIC_HEADINGS
+    from .report import markdown_table
+
+    columns = {"run": "Run", "scenario": "Scenario", "batch": "Batch"}
+    columns["concurrency"] = "Concurrency"
+    units = {"throughput": "inferences/s", "p99_latency_ms": "ms"}
+    intervals = {}
+    for metric, label in METRIC_HEADINGS.items():
+        for part in ("a", "b", "ratio"):
+            heading = "B/A" if part == "ratio" else f"{part.upper()} ({units[metric]})"
+            columns[f"{metric}_{part}"] = f"{label} {heading}"
+            intervals[f"{metric}_{part}"] = f"{metric}_{part}_ci95"
+    columns["verdict"] = "Verdict"
+    return markdown_table(points, columns, intervals)
+
+
+def describe(row: dict[str, Any]) -> str:
+    """One compared point in words, with the ratios of its regressed metrics."""
+    from .compare import METRIC_LABELS, REGRESSION, format_interval
+
+    where = f"{row['run']} {row['scenario']} batch {row['batch']} concurrency {row['concurrency']}"
+    moved = [
+        f"{label} B/A {format_interval(row[f'{m}_ratio'], row[f'{m}_ratio_ci95'])}"
+        for m, label in METRIC_LABELS.items()
+        if row[f"{m}_verdict"] == REGRESSION
+    ]
+    return f"{where}: " + "; ".join(moved)
