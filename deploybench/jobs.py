@@ -316,7 +316,7 @@ def plots(
 
     offline_rows, online_rows = pd.read_csv(offline), pd.read_csv(online)
     reference = published_rows(config, pd.read_csv(published), spec["run_path"])
-    built: dict[str, alt.Chart] = {
+    built: dict[str, alt.TopLevelMixin] = {
         RunChart.OFFLINE_THROUGHPUT: charts.offline_throughput(offline_rows),
         RunChart.OFFLINE_LATENCY: charts.offline_latency(offline_rows),
         RunChart.ONLINE_LATENCY_BREAKDOWN: charts.online_latency_breakdown(online_rows),
@@ -326,7 +326,8 @@ def plots(
     }
     options = spec["options"]
     for name, stem in spec["stems"].items():
-        chart = built[name].properties(width=options["width"], height=options["height"])
+        # sized: a faceted chart (several configurations) takes the size per cell.
+        chart = charts.sized(built[name], options["width"], options["height"])
         charts.save(chart, Path(stem))
         log.info("%s: %s", name, stem)
 
@@ -342,6 +343,7 @@ def report(
 
     from . import plots as charts
     from .report import (
+        between_runs_section,
         published_rows,
         ratios,
         read_json,
@@ -356,20 +358,24 @@ def report(
     sections: list[str] = []
     comparisons: dict[str, pd.DataFrame] = {}
     frames: dict[str, list[pd.DataFrame]] = {"offline": [], "online": []}
+    measured: dict[str, pd.DataFrame] = {}  # run → its points, in the listed order
     for run in runs:
         offline, online = pd.read_csv(run["offline"]), pd.read_csv(run["online"])
         frames["offline"].append(offline)
         frames["online"].append(online)
+        measured[run["path"]] = pd.concat([offline, online], ignore_index=True)
         plots = [os.path.relpath(p, here) for p in run["plots"]]
         provenance = read_json(run["provenance"])
         provenance["config"]["accelerator"] = run["accelerator"]
         sections.append(run_section(run["path"], offline, online, provenance, plots))
         matched = published_rows(config, reference, run["path"])
-        comparisons[run["path"]] = ratios(pd.concat([offline, online]), matched)
+        comparisons[run["path"]] = ratios(measured[run["path"]], matched)
     comparison_plots = []
     for scenario, stem in spec["stems"].items():
-        chart = charts.comparison(pd.concat(frames[scenario]), scenario).properties(
-            width=options["width"], height=options["height"]
+        chart = charts.sized(
+            charts.comparison(pd.concat(frames[scenario]), scenario),
+            options["width"],
+            options["height"],
         )
         charts.save(chart, Path(stem))
         comparison_plots.append(os.path.relpath(f"{stem}.png", here))
@@ -379,6 +385,7 @@ def report(
             "Configurations compared: " + ", ".join(r["path"] for r in runs),
             *[f"![{Path(p).stem}]({p})" for p in comparison_plots],
             summary_section(comparisons),
+            between_runs_section(measured),
             *sections,
         ]
     )

@@ -3,38 +3,53 @@
 Offline (static batching): throughput and latency quantiles vs batch size. Online (dynamic
 batching): the stacked latency breakdown and throughput vs p99 latency over the concurrency sweep.
 Every chart draws one series per *configuration* ("gpu/format/precision"), so runs concatenated
-from several formats, precisions or GPUs compare on one chart. ``save`` writes SVG and PNG (via
-vl-convert, no browser needed) and an interactive, self-contained HTML page.
+from several formats, precisions or GPUs compare on one chart. Every measured value with a 95 %
+confidence interval (its ``_ci95`` column, over the point's trials) carries it as an error bar,
+and the points whose measurement was not stable are circled in red. ``save`` writes SVG and PNG
+(via vl-convert, no browser needed) and an interactive, self-contained HTML page.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import altair as alt
+import numpy as np
 import pandas as pd
 
-from .columns import chart_labels
+from .columns import INTERVAL_COLUMNS, chart_labels
 from .io import atomic_path
 
 CONFIG_FIELDS = ("gpu", "format", "precision")
 CONFIG = "configuration"
 SOURCE = "source"
+# True on the rows whose `stable` column says False; rows without a verdict are not marked.
+UNSTABLE = "unstable"
+UNSTABLE_LABEL = "unstable (see CSV)"
+UNSTABLE_COLOR = "#d62728"
 
 THROUGHPUT_TITLE = "Throughput [infer/sec]"
 LATENCY_TITLE = "Latency [ms]"
 BATCH_TITLE = "Batch size"
 CONCURRENCY_TITLE = "Concurrent client requests"
+CI_TITLE = "± 95 % CI"
 
 # Latency quantiles of the offline graphs, drawn as one dash style each.
 QUANTILES = chart_labels("quantile")
+# Dashes long enough to tell apart in a 20 px legend symbol (Vega's defaults are 1-4 px).
+DASHES = [[1, 0], [8, 4], [3, 3], [10, 3, 2, 3]]
 # The online breakdown's components, bottom of the stack first, as in the seed pages' tables.
 COMPONENTS = chart_labels("component")
+# Components have no interval of their own: the breakdown's bar is the average latency's.
+BREAKDOWN_TOTAL = "avg_latency_ms"
+BREAKDOWN_ERROR_LABEL = "avg latency ± 95 % CI"
 SCENARIO_X = {"offline": "batch", "online": "concurrency"}
 
 
-def offline_throughput(rows: pd.DataFrame) -> alt.Chart:
+def offline_throughput(rows: pd.DataFrame) -> alt.LayerChart:
     """Throughput vs batch size, one line per configuration."""
     data = _prepare(rows, "offline", ["batch", "throughput"])
     return _series_chart(
@@ -46,81 +61,125 @@ def offline_throughput(rows: pd.DataFrame) -> alt.Chart:
     )
 
 
-def offline_latency(rows: pd.DataFrame) -> alt.Chart:
+def offline_latency(rows: pd.DataFrame) -> alt.LayerChart:
     """Latency quantiles vs batch size: color = configuration, dash = quantile.
 
-    The quantile columns are renamed to their short labels and folded in the spec, so a missing
-    (NaN) quantile leaves a gap in its own line only.
+    One row per (configuration, batch, quantile), the quantile's interval beside it; a missing
+    (NaN) quantile is no row, so it leaves its own line only.
     """
     data = _prepare(rows, "offline", ["batch"], optional=list(QUANTILES))
-    data = data.rename(columns=QUANTILES)
     labels = list(QUANTILES.values())
-    return (
-        alt.Chart(data, title=_title("Latency vs Batch Size", data))
-        .transform_fold(list[str | alt.FieldName](labels), as_=["quantile", "latency_ms"])
-        .mark_line(point=True)
+    ids = [c for c in ("model", CONFIG, "batch", UNSTABLE) if c in data.columns]
+    long = pd.concat(
+        [
+            data[ids].assign(
+                quantile=label,
+                latency_ms=data[column],
+                latency_ci95=data[INTERVAL_COLUMNS[column]],
+            )
+            for column, label in QUANTILES.items()
+        ],
+        ignore_index=True,
+    ).dropna(subset=["latency_ms"])
+    x = alt.X("batch:Q", title=BATCH_TITLE)
+    y = alt.Y("latency_ms:Q", title=LATENCY_TITLE)
+    tooltip = [
+        alt.Tooltip(f"{CONFIG}:N"),
+        alt.Tooltip("batch:Q"),
+        alt.Tooltip("quantile:N"),
+        alt.Tooltip("latency_ms:Q", title=LATENCY_TITLE),
+        alt.Tooltip("latency_ci95:Q", title=CI_TITLE),
+    ]
+    line = (
+        alt.Chart()
+        .mark_line()
         .encode(
-            x=alt.X("batch:Q", title=BATCH_TITLE),
-            y=alt.Y("latency_ms:Q", title=LATENCY_TITLE),
-            color=_color(data),
+            x=x,
+            y=y,
+            color=_color(long),
             strokeDash=alt.StrokeDash(
-                "quantile:N", title="Quantile", sort=labels, legend=alt.Legend(symbolType="stroke")
+                "quantile:N",
+                title="Quantile",
+                sort=labels,
+                scale=alt.Scale(domain=labels, range=DASHES[: len(labels)]),
+                # Black: the color is the configuration's, not the quantile's.
+                legend=alt.Legend(
+                    symbolType="stroke",
+                    symbolStrokeColor="black",
+                    symbolStrokeWidth=1.5,
+                    symbolSize=400,
+                ),
             ),
             order=alt.Order("batch:Q"),
+            tooltip=tooltip,
+        )
+    )
+    # The points in a layer of their own: with mark_line(point=True) Vega-Lite draws the
+    # strokeDash legend's symbols as filled points, stroke transparent: no dash visible.
+    points = (
+        alt.Chart()
+        .mark_point(filled=True, opacity=1)
+        .encode(x=x, y=y, color=_color(long), detail="quantile:N", tooltip=tooltip)
+    )
+    layers = [line, points, *_error_bars(long, x, y, y_error="latency_ci95", color=_color(long))]
+    layers += _unstable_marks(long, x, y)
+    return _layer(layers, long, _title("Latency vs Batch Size", data)).interactive()
+
+
+def online_latency_breakdown(rows: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
+    """Stacked latency components per concurrency; one column per configuration when several.
+
+    The components have no interval of their own: the error bar over each stack is the average
+    latency (about their sum) ± its 95 % interval.
+    """
+    optional = [*COMPONENTS, BREAKDOWN_TOTAL]
+    data = _prepare(rows, "online", ["concurrency"], optional=optional)
+    # Folded in the spec, not in pandas: the bars, the error bars and the unstable marks share
+    # one dataset, which a facet over the configurations needs.
+    data = data.rename(columns=COMPONENTS)
+    labels = list(COMPONENTS.values())
+    x = alt.X("concurrency:O", title="Concurrency", axis=alt.Axis(labelAngle=0))
+    bars = (
+        alt.Chart()
+        .transform_fold(list[str | alt.FieldName](labels), as_=["component", "latency_ms"])
+        .transform_filter(alt.FieldValidPredicate(field="latency_ms", valid=True))
+        .transform_calculate(component_order=f"indexof({json.dumps(labels)}, datum.component)")
+        .mark_bar()
+        .encode(
+            x=x,
+            # A short title: with one column per configuration the cells are narrow.
+            y=alt.Y("latency_ms:Q", title=LATENCY_TITLE, stack="zero"),
+            color=alt.Color(
+                "component:N", title="Component", sort=labels, scale=alt.Scale(domain=labels)
+            ),
+            order=alt.Order("component_order:Q", sort="ascending"),
             tooltip=[
                 alt.Tooltip(f"{CONFIG}:N"),
-                alt.Tooltip("batch:Q"),
-                alt.Tooltip("quantile:N"),
+                alt.Tooltip("concurrency:O"),
+                alt.Tooltip("component:N"),
                 alt.Tooltip("latency_ms:Q", title=LATENCY_TITLE),
             ],
         )
-        .interactive()
     )
-
-
-def online_latency_breakdown(rows: pd.DataFrame) -> alt.Chart:
-    """Stacked latency components per concurrency; one column per configuration when several."""
-    data = _prepare(rows, "online", ["concurrency"], optional=list(COMPONENTS))
-    labels = list(COMPONENTS.values())
-    long = data.melt(
-        id_vars=[CONFIG, "concurrency"],
-        value_vars=list(COMPONENTS),
-        var_name="component_column",
-        value_name="latency_ms",
-    ).dropna(subset=["latency_ms"])
-    long["component"] = long["component_column"].map(COMPONENTS)
-    long["component_order"] = long["component_column"].map(
-        {column: i for i, column in enumerate(COMPONENTS)}
+    total = alt.Y(f"{BREAKDOWN_TOTAL}:Q", title=LATENCY_TITLE)
+    error = _error_bars(
+        data,
+        x,
+        total,
+        y_error=INTERVAL_COLUMNS[BREAKDOWN_TOTAL],
+        # Its own legend entry says what the bar is: not an interval of the stack's parts.
+        legend=BREAKDOWN_ERROR_LABEL,
     )
-    long = long.drop(columns="component_column")
-    encoding: dict[str, object] = {
-        # A short title: with one column per configuration the cells are narrow.
-        "x": alt.X("concurrency:O", title="Concurrency", axis=alt.Axis(labelAngle=0)),
-        "y": alt.Y("latency_ms:Q", title=LATENCY_TITLE, stack="zero"),
-        "color": alt.Color(
-            "component:N",
-            title="Component",
-            sort=labels,
-            scale=alt.Scale(domain=labels),
-        ),
-        "order": alt.Order("component_order:Q", sort="ascending"),
-        "tooltip": [
-            alt.Tooltip(f"{CONFIG}:N"),
-            alt.Tooltip("concurrency:O"),
-            alt.Tooltip("component:N"),
-            alt.Tooltip("latency_ms:Q", title=LATENCY_TITLE),
-        ],
-    }
+    layers = [bars, *error, *_unstable_marks(data, x, total)]
+    title = _title("Latency breakdown vs Concurrency", data)
     if data[CONFIG].nunique() > 1:
-        encoding["column"] = alt.Column(f"{CONFIG}:N", title="Configuration")
-    return (
-        alt.Chart(long, title=_title("Latency breakdown vs Concurrency", data))
-        .mark_bar()
-        .encode(**encoding)
-    )
+        return alt.layer(*layers, data=data).facet(
+            column=alt.Column(f"{CONFIG}:N", title="Configuration"), title=title
+        )
+    return _layer(layers, data, title)
 
 
-def online_throughput_latency(rows: pd.DataFrame) -> alt.Chart:
+def online_throughput_latency(rows: pd.DataFrame) -> alt.LayerChart:
     """Throughput vs p99 latency, one line per configuration following the concurrency sweep."""
     data = _prepare(rows, "online", ["concurrency", "throughput", "p99_latency_ms"])
     return _series_chart(
@@ -132,7 +191,7 @@ def online_throughput_latency(rows: pd.DataFrame) -> alt.Chart:
     )
 
 
-def comparison(rows: pd.DataFrame, scenario: str) -> alt.Chart:
+def comparison(rows: pd.DataFrame, scenario: str) -> alt.LayerChart:
     """One model across formats, precisions and GPUs: the scenario's throughput chart."""
     charts = {"offline": offline_throughput, "online": online_throughput_latency}
     if scenario not in charts:
@@ -140,13 +199,16 @@ def comparison(rows: pd.DataFrame, scenario: str) -> alt.Chart:
     return charts[scenario](rows)
 
 
-def published_overlay(measured: pd.DataFrame, published: pd.DataFrame, scenario: str) -> alt.Chart:
+def published_overlay(
+    measured: pd.DataFrame, published: pd.DataFrame, scenario: str
+) -> alt.LayerChart:
     """Measured and published throughput on one chart (vs batch offline, vs concurrency online).
 
     Color is the configuration, point shape and line dash the source. Published rows of other
     models or scenarios, or lacking the x value or the throughput, are dropped; which published
     GPUs/formats/precisions to show is the caller's choice. Published tables sometimes list one
-    configuration twice (another accelerator or dataset); those stay separate lines.
+    configuration twice (another accelerator or dataset); those stay separate lines. Published
+    rows have no interval and no stability verdict: no error bars, no unstable marks.
     """
     if scenario not in SCENARIO_X:
         raise ValueError(f"unknown scenario {scenario!r}; valid: {sorted(SCENARIO_X)}")
@@ -169,12 +231,14 @@ def published_overlay(measured: pd.DataFrame, published: pd.DataFrame, scenario:
     x_title = BATCH_TITLE if scenario == "offline" else CONCURRENCY_TITLE
     x_name = "Batch Size" if scenario == "offline" else "Concurrency"
     sources = ["measured", "published"]
-    return (
-        alt.Chart(data, title=_title(f"Throughput vs {x_name}: measured and published", ours))
+    x_enc = alt.X(f"{x}:Q", title=x_title)
+    y_enc = alt.Y("throughput:Q", title=THROUGHPUT_TITLE)
+    line = (
+        alt.Chart()
         .mark_line(point=True)
         .encode(
-            x=alt.X(f"{x}:Q", title=x_title),
-            y=alt.Y("throughput:Q", title=THROUGHPUT_TITLE),
+            x=x_enc,
+            y=y_enc,
             color=_color(data),
             shape=alt.Shape(f"{SOURCE}:N", title="Source", scale=alt.Scale(domain=sources)),
             strokeDash=alt.StrokeDash(
@@ -186,10 +250,26 @@ def published_overlay(measured: pd.DataFrame, published: pd.DataFrame, scenario:
                 alt.Tooltip("series:N"),
                 alt.Tooltip(f"{x}:Q"),
                 alt.Tooltip("throughput:Q", title=THROUGHPUT_TITLE),
+                alt.Tooltip(f"{INTERVAL_COLUMNS['throughput']}:Q", title=CI_TITLE),
             ],
         )
-        .interactive()
     )
+    error = _error_bars(
+        data, x_enc, y_enc, y_error=INTERVAL_COLUMNS["throughput"], color=_color(data)
+    )
+    layers = [line, *error, *_unstable_marks(data, x_enc, y_enc)]
+    title = _title(f"Throughput vs {x_name}: measured and published", ours)
+    return _layer(layers, data, title).interactive()
+
+
+def sized(chart: alt.TopLevelMixin, width: int, height: int) -> alt.TopLevelMixin:
+    """``chart`` drawn ``width`` x ``height`` px; a faceted chart's cells are that size each."""
+    if isinstance(chart, alt.FacetChart):
+        # A facet has no size of its own (Vega-Lite rejects one): its cells do.
+        cells = chart.copy(deep=True)
+        cells.spec.width, cells.spec.height = width, height
+        return cells
+    return chart.properties(width=width, height=height)
 
 
 def save(chart: alt.TopLevelMixin, stem: Path, inline_html: bool = True) -> list[Path]:
@@ -221,7 +301,9 @@ def _prepare(
 ) -> pd.DataFrame:
     """The rows of ``scenario`` with a configuration label, numeric values, none lacking ``needed``.
 
-    Only the columns a chart uses travel into its spec (the HTML page carries the data).
+    Only the columns a chart uses travel into its spec (the HTML page carries the data): those,
+    the intervals of the values that have one (NaN where the rows lack them: one trial, older
+    CSVs, published tables) and ``UNSTABLE``.
     """
     missing = [c for c in (*CONFIG_FIELDS, *needed, *optional) if c not in rows.columns]
     if missing:
@@ -229,12 +311,17 @@ def _prepare(
     data = rows
     if "scenario" in data.columns:
         data = data[data["scenario"] == scenario]
+    values = [*needed, *optional]
+    intervals = [INTERVAL_COLUMNS[c] for c in values if c in INTERVAL_COLUMNS]
     keep = [c for c in ("model", *CONFIG_FIELDS) if c in data.columns]
-    keep += [c for c in (*needed, *optional) if c not in keep]
+    keep += [c for c in values if c not in keep]
+    keep += [c for c in intervals if c in data.columns]
     keep += [c for c in ("accelerator", "dataset", "sequence_length") if c in data.columns]
+    unstable = _unstable(data)
     data = data[keep].copy()
-    for column in (*needed, *optional):
-        data[column] = pd.to_numeric(data[column], errors="coerce")
+    for column in (*values, *intervals):
+        data[column] = pd.to_numeric(data.get(column, float("nan")), errors="coerce")
+    data[UNSTABLE] = unstable
     data = data.dropna(subset=list(needed))
     # Plain string concatenation: works on an empty frame too (agg/apply would not).
     label = data[CONFIG_FIELDS[0]].astype(str)
@@ -248,23 +335,134 @@ def _prepare(
     return data.sort_values([CONFIG, *needed]).reset_index(drop=True)
 
 
+def _unstable(rows: pd.DataFrame) -> pd.Series:
+    """Whether each row's ``stable`` says False: a bool, or the string pandas reads from a CSV
+    whose column also has gaps. Missing (published rows, older CSVs) or empty: not marked."""
+    if "stable" not in rows.columns:
+        return pd.Series(False, index=rows.index, dtype=bool)
+
+    def said_false(value: object) -> bool:
+        if isinstance(value, str):
+            return value.strip().lower() == "false"
+        # NaN (no verdict) is neither; numpy's bool_ is no bool.
+        return isinstance(value, bool | np.bool_) and not value
+
+    return rows["stable"].map(said_false).astype(bool)
+
+
 def _series_chart(
     data: pd.DataFrame, x: tuple[str, str], y: tuple[str, str], title: str, order: str
-) -> alt.Chart:
-    """Line + points, one series per configuration, joined in ``order``; x, y: (field, title)."""
+) -> alt.LayerChart:
+    """Line + points, one series per configuration, joined in ``order``; x, y: (field, title).
+
+    Error bars on each axis whose value has an interval, and the unstable points circled.
+    """
     fields = dict.fromkeys([CONFIG, order, x[0], y[0]])
-    return (
-        alt.Chart(data, title=_title(title, data))
+    tooltip: list[str | alt.Tooltip] = [f"{f}:N" if f == CONFIG else f"{f}:Q" for f in fields]
+    tooltip += [
+        alt.Tooltip(f"{INTERVAL_COLUMNS[f]}:Q", title=f"{f} {CI_TITLE}")
+        for f in (x[0], y[0])
+        if f in INTERVAL_COLUMNS
+    ]
+    x_enc = alt.X(f"{x[0]}:Q", title=x[1])
+    y_enc = alt.Y(f"{y[0]}:Q", title=y[1])
+    line = (
+        alt.Chart()
         .mark_line(point=True)
         .encode(
-            x=alt.X(f"{x[0]}:Q", title=x[1]),
-            y=alt.Y(f"{y[0]}:Q", title=y[1]),
+            x=x_enc,
+            y=y_enc,
             color=_color(data),
             order=alt.Order(f"{order}:Q"),
-            tooltip=[f"{f}:N" if f == CONFIG else f"{f}:Q" for f in fields],
+            tooltip=tooltip,
         )
-        .interactive()
     )
+    error = _error_bars(
+        data,
+        x_enc,
+        y_enc,
+        x_error=INTERVAL_COLUMNS.get(x[0]),
+        y_error=INTERVAL_COLUMNS.get(y[0]),
+        color=_color(data),
+    )
+    layers = [line, *error, *_unstable_marks(data, x_enc, y_enc)]
+    return _layer(layers, data, _title(title, data)).interactive()
+
+
+def _error_bars(
+    data: pd.DataFrame,
+    x: alt.X,
+    y: alt.Y,
+    x_error: str | None = None,
+    y_error: str | None = None,
+    legend: str | None = None,
+    **encoding: Any,
+) -> list[alt.Chart]:
+    """One error-bar layer per axis whose half-width column holds a value in ``data``; with
+    ``legend``, a legend entry of that label for them.
+
+    Rows without a half-width (one trial, published rows, older CSVs) or without the value it
+    is around get no bar: they are filtered out, not drawn as zero-width or stray bars.
+    """
+    layers = []
+    for channel, field, axis in (("xError", x_error, x), ("yError", y_error, y)):
+        center = cast(dict[str, Any], axis.to_dict())["field"]
+        if field is None or not data.get(field, pd.Series()).notna().any():
+            continue
+        chart = alt.Chart()
+        for valid in (center, field):
+            chart = chart.transform_filter(alt.FieldValidPredicate(field=valid, valid=True))
+        if legend is not None:
+            chart = chart.transform_calculate(interval_label=json.dumps(legend))
+            encoding["strokeDash"] = alt.StrokeDash(
+                "interval_label:N",
+                scale=alt.Scale(domain=[legend], range=[[1, 0]]),
+                legend=alt.Legend(title=None, symbolType="stroke", symbolStrokeColor="black"),
+            )
+        layers.append(
+            # Unfilled ticks: filled ones turn a legend's stroke symbol transparent. Black where
+            # no color is encoded (the breakdown's colors are its components').
+            chart.mark_errorbar(ticks=alt.TickConfig(filled=False, size=10), color="black").encode(
+                x=x, y=y, **{channel: f"{field}:Q"}, **encoding
+            )
+        )
+    return layers
+
+
+def _unstable_marks(data: pd.DataFrame, x: alt.X, y: alt.Y) -> list[alt.Chart]:
+    """A red hollow circle over each unstable point, with a legend entry; none if all are."""
+    if not data[UNSTABLE].any():
+        return []
+    return [
+        alt.Chart()
+        .transform_filter(alt.FieldEqualPredicate(field=UNSTABLE, equal=True))
+        .transform_calculate(unstable_label=json.dumps(UNSTABLE_LABEL))
+        .mark_point(shape="circle", filled=False, opacity=1, size=200, strokeWidth=2)
+        .encode(
+            x=x,
+            y=y,
+            # The stroke channel, which no other layer uses, so its legend stays its own; a
+            # constant field, not a datum: Vega-Lite gives a datum no scale or legend.
+            stroke=alt.Stroke(
+                "unstable_label:N",
+                scale=alt.Scale(domain=[UNSTABLE_LABEL], range=[UNSTABLE_COLOR]),
+                legend=alt.Legend(title=None, symbolType="circle"),
+            ),
+            tooltip=[
+                alt.Tooltip(f"{CONFIG}:N"),
+                alt.Tooltip(x.shorthand),
+                alt.Tooltip(y.shorthand),
+                alt.Tooltip("unstable_label:N", title="stable"),
+            ],
+        )
+    ]
+
+
+def _layer(
+    layers: Sequence[alt.Chart], data: pd.DataFrame, title: alt.TitleParams
+) -> alt.LayerChart:
+    """The layers over one shared dataset (the HTML page carries it once)."""
+    return alt.LayerChart(layer=list(layers), data=data, title=title)
 
 
 def _color(data: pd.DataFrame) -> alt.Color:
