@@ -120,6 +120,7 @@ def _cell(value: Any) -> str:
 def configuration_table(provenance: dict[str, Any]) -> str:
     """The seed pages' "Configuration" table, from a perf result's provenance."""
     config = provenance["config"]
+    measure = config.get("measure", {})
     rows = {
         "GPU": config.get("gpu_name"),
         "Backend": config.get("backend"),
@@ -130,8 +131,15 @@ def configuration_table(provenance: dict[str, Any]) -> str:
         "Max batch size": config.get("max_batch_size"),
         "Number of model instances": config.get("model_instances"),
         "Dataset": config.get("dataset"),
-        "Request count": config.get("measure", {}).get("request_count"),
-        "Measurement interval (ms)": config.get("measure", {}).get("measurement_interval_ms"),
+        "Request count": measure.get("request_count"),
+        "Measurement interval (ms)": measure.get("measurement_interval_ms"),
+        "Trials per point": measure.get("trials"),
+        "Trial duration, floor to cap (ms)": (
+            f"{measure['min_duration_ms']} to {measure['max_duration_ms']}"
+            if "min_duration_ms" in measure
+            else None
+        ),
+        "Stable: throughput interval within (%)": measure.get("max_ci_pct"),
     }
     lines = ["| Parameter | Value |", "|---|---|"]
     lines += [f"| {k} | {'' if v is None else v} |" for k, v in rows.items()]

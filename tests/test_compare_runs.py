@@ -1,0 +1,65 @@
+"""`deploybench compare` on real CPU runs: the shared smoke run against a copy whose TFT offline
+job measured again (one configuration twice: no false alarm) and against a copy served slower
+on purpose (a significant regression, exit 1)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, run_snakemake
+
+pytestmark = pytest.mark.e2e
+
+RUN = "results/tft/cpu/onnx/fp32"
+OFFLINE = f"{RUN}/offline.csv"
+
+
+def copy_run(smoke_run: Path, into: Path) -> Path:
+    copy = into / "workdir"
+    shutil.copytree(smoke_run, copy, symlinks=True)
+    return copy
+
+
+def compare(a: Path, b: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "deploybench", "compare", str(a), str(b), *options],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_one_configuration_measured_twice_raises_no_alarm(smoke_run, tmp_path):
+    again = copy_run(smoke_run, tmp_path)
+    result = run_snakemake(again, OFFLINE, "--forcerun", "offline")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (again / OFFLINE).read_text() != (smoke_run / OFFLINE).read_text()  # measured anew
+    outcome = compare(smoke_run / RUN, again / RUN)
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    assert "regression" not in outcome.stdout.lower().replace("no regression", "")
+
+
+def test_a_run_slowed_on_purpose_is_a_significant_regression(smoke_run, tmp_path):
+    """The slowed copy's dynamic batcher holds every request 100 ms for company (a serving
+    misconfiguration): offline batch 1, alone at concurrency 1, waits the whole delay."""
+    slowed = copy_run(smoke_run, tmp_path)
+    overlay = slowed / "slow.yaml"
+    overlay.write_text(
+        yaml.safe_dump({"sizings": {"cpu": {"tft": {"triton": {"max_queue_delay_us": 100_000}}}}})
+    )
+    result = run_snakemake(slowed, OFFLINE, "--configfile", str(overlay))
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcome = compare(smoke_run / RUN, slowed / RUN)
+    assert outcome.returncode == 1, outcome.stdout + outcome.stderr
+    regressions = [
+        line for line in outcome.stdout.splitlines() if "regression" in line.lower() and "|" in line
+    ]
+    assert any("offline" in line and "| 1 |" in line for line in regressions), outcome.stdout
+    # the same trees the other way round: a significant improvement, no regression
+    assert compare(slowed / RUN, smoke_run / RUN).returncode == 0
