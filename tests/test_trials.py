@@ -6,7 +6,7 @@ import math
 import pytest
 
 from deploybench import perf, stats
-from tests.test_units import PA_CSV
+from tests.test_units import measure, stand_in
 
 # --------------------------------------------------------------------------- the arithmetic
 
@@ -65,46 +65,6 @@ def test_floor_raises_and_cap_lowers_the_request_count():
 
 
 # ------------------------------------------------------------------------- one trial, stood in
-
-STAND_IN = """#!/usr/bin/env bash
-# stand-in perf_analyzer: reports 3 windows of the requested count; unstable below {ok}
-count=0; out=""; stab=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --measurement-request-count) count=$2; shift;;
-    -f) out=$2; shift;;
-    --stability-percentage) stab=$2; shift;;
-  esac; shift
-done
-echo "$count $stab" >> {calls}
-if [ "$count" -lt {ok} ] && [ -z "$stab" ]; then
-  echo "Failed to obtain stable measurement within 10 measurement windows"; exit 2
-fi
-printf 'Client: \\n    Request count: %d\\n' $((count * 3))
-cat > "$out" <<CSV
-{csv}CSV
-"""
-
-
-def stand_in(tmp_path, monkeypatch, ok=0):
-    calls = tmp_path / "calls"
-    script = tmp_path / "pa"
-    script.write_text(STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV))
-    script.chmod(0o755)
-    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
-    return calls
-
-
-def measure(tmp_path, settings, **kwargs):
-    return perf.measure_point(
-        model_name="m",
-        url="u",
-        scenario=perf.SCENARIOS["online"],
-        point=perf.Point(1, 2),
-        input_data=tmp_path / "d.json",
-        settings=settings,
-        **kwargs,
-    )
 
 
 def test_warm_up_rate_sets_the_floor(tmp_path, monkeypatch):

@@ -95,7 +95,7 @@ def test_perf_command_follows_the_scenarios(tmp_path, monkeypatch):
 
 
 STAND_IN = """#!/usr/bin/env bash
-# stand-in perf_analyzer for the retry logic: unstable until the request count reaches {ok}
+# stand-in perf_analyzer: reports 3 windows of the requested count; unstable below {ok}
 count=0; out=""; stab=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -108,6 +108,7 @@ echo "$count $stab" >> {calls}
 if [ "$count" -lt {ok} ] && [ -z "$stab" ]; then
   echo "Failed to obtain stable measurement within 10 measurement windows"; exit 2
 fi
+printf 'Client: \\n    Request count: %d\\n' $((count * 3))  # 3 windows of the count
 cat > "$out" <<CSV
 {csv}CSV
 """
@@ -121,13 +122,15 @@ def _fake_perf_analyzer(tmp_path, monkeypatch, body):
     monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
 
 
-def _stand_in(tmp_path, monkeypatch, ok):
+def stand_in(tmp_path, monkeypatch, ok=0):
+    """The stand-in perf_analyzer; returns the file its calls are recorded in."""
     calls = tmp_path / "calls"
     _fake_perf_analyzer(tmp_path, monkeypatch, STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV))
     return calls
 
 
-def _measure(tmp_path, settings):
+def measure(tmp_path, settings, **options):
+    """One trial of point (batch 1, concurrency 2) through the stand-in."""
     return perf.measure_point(
         model_name="m",
         url="u",
@@ -135,24 +138,25 @@ def _measure(tmp_path, settings):
         point=perf.Point(1, 2),
         input_data=tmp_path / "d.json",
         settings=settings,
+        **options,
     )
 
 
 def test_unstable_point_is_retried_with_more_requests(tmp_path, monkeypatch):
-    calls = _stand_in(tmp_path, monkeypatch, ok=150)
+    calls = stand_in(tmp_path, monkeypatch, ok=150)
     settings = perf.MeasureSettings(request_count=50, max_retries=5, retry_request_step=50)
-    row = _measure(tmp_path, settings)
+    row = measure(tmp_path, settings)
     assert row["stable"] is True and row["request_count"] == 150 and row["attempts"] == 3
     # warm-up (2x requests, no stability check), then 50, 100, 150
     assert calls.read_text().split("\n")[:-1] == ["100 1000", "50 ", "100 ", "150 "]
 
 
 def test_never_stable_point_is_kept_and_flagged(tmp_path, monkeypatch):
-    calls = _stand_in(tmp_path, monkeypatch, ok=10**6)
+    calls = stand_in(tmp_path, monkeypatch, ok=10**6)
     settings = perf.MeasureSettings(
         request_count=50, max_retries=1, retry_request_step=50, warmup_factor=0
     )
-    row = _measure(tmp_path, settings)
+    row = measure(tmp_path, settings)
     assert row["stable"] is False and row["throughput"] == 255.716
     assert calls.read_text().split("\n")[:-1] == ["50 ", "100 ", "100 1000"]
 
@@ -162,13 +166,13 @@ def test_perf_analyzer_failure_is_an_error(tmp_path, monkeypatch):
         tmp_path, monkeypatch, "#!/bin/sh\necho 'error: failed to get model metadata'; exit 99\n"
     )
     with pytest.raises(perf.PerfError, match="exit 99"):
-        _measure(tmp_path, perf.MeasureSettings(request_count=5, warmup_factor=0))
+        measure(tmp_path, perf.MeasureSettings(request_count=5, warmup_factor=0))
 
 
 def test_perf_analyzer_hang_is_killed_at_timeout(tmp_path, monkeypatch):
     _fake_perf_analyzer(tmp_path, monkeypatch, "#!/bin/sh\nsleep 60\n")
     with pytest.raises(perf.PerfError, match="hung past its timeout"):
-        _measure(tmp_path, perf.MeasureSettings(request_count=5, warmup_factor=0, timeout_s=1))
+        measure(tmp_path, perf.MeasureSettings(request_count=5, warmup_factor=0, timeout_s=1))
 
 
 SPECS_IN = [TensorSpec("x__0", "float32", (192, 3)), TensorSpec("c__1", "int64", (1,))]
