@@ -27,6 +27,14 @@ def base_config() -> dict[str, Any]:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
+def validated(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as the workflow sees it: checked against the schema, its defaults filled in."""
+    from snakemake.utils import validate
+
+    validate(config, str(REPO / "config" / "schema" / "config.schema.yaml"))
+    return config
+
+
 def smoke_config() -> dict[str, Any]:
     """The shipped config with config/smoke.yaml layered over it (as ``--configfile`` does)."""
     from deploybench.config import deep_merge

@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from snakemake.utils import validate
 
 from deploybench import jobs, preflight
 from deploybench.errors import ConfigError, PreflightError
 from deploybench.plan import plan_preflight
-from tests.conftest import REPO, base_config, processes_mentioning
+from tests.conftest import base_config, processes_mentioning, validated
 
 # The A30 runs' expectations hold on a machine with no NVIDIA GPU or trtexec, as this one.
 NO_GPU = pytest.mark.skipif(
@@ -31,9 +30,7 @@ RELEASE_25_01 = {
 
 
 def spec_of(gpu: str, image: str, **changes: Any) -> preflight.PreflightSpec:
-    config = base_config()
-    validate(config, str(REPO / "config" / "schema" / "config.schema.yaml"))  # defaults, as run
-    spec: Any = {**plan_preflight(config, gpu, image), "release": RELEASE_25_01}
+    spec: Any = {**plan_preflight(validated(base_config()), gpu, image), "release": RELEASE_25_01}
     spec.update(changes)
     return spec
 

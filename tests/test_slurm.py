@@ -32,6 +32,7 @@ from tests.conftest import (
     base_config,
     processes_mentioning,
     smoke_config,
+    validated,
     write_config,
 )
 from tests.slurm_cluster import GPU_TYPE, Cluster, slurm_cluster, unavailable_reason
@@ -201,7 +202,7 @@ def test_dry_run_of_preflight_shows_its_jobs_on_the_gpu_partition(tmp_path):
     for image in ("pytorch-25.01", "triton-25.01"):
         assert f"results/preflight/A30/{image}.json" in out
     assert group_members(out) == [["convert", "online", "repository"]]
-    config = base_config()
+    config = validated(base_config())
     plan = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
     assert jobs["online"][0]["runtime"] == str(plan.runtime["online"])
     assert jobs["export"][0]["runtime"] == str(dbplan.plan_model(config, "tft").runtime["export"])
@@ -425,7 +426,7 @@ def test_a_run_waits_in_the_queue_once(slurm_run):
     # scancel of the next test)
     assert not {f"rule_{r}" for r in ("repository", "accuracy", "offline", "online")} & set(kinds)
     assert kinds.count(MEASUREMENT_GROUP) == 2, kinds
-    plan = dbplan.plan_run(smoke_config(), *RUN.split("/")[1:])
+    plan = dbplan.plan_run(validated(smoke_config()), *RUN.split("/")[1:])
     minutes = sum(plan.runtime[s] for s in ("repository", "accuracy", "offline", "online"))
     job_id, _ = jobs_of(slurm_run, MEASUREMENT_GROUP)[-1]
     hours, mins, secs = map(int, scontrol_job(job_id)["TimeLimit"].split(":"))
