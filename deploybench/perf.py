@@ -240,6 +240,12 @@ def parse_result(csv_path: Path, stdout: str) -> dict[str, Any]:
     return row
 
 
+def request_rate(values: dict[str, Any], batch: int) -> float | None:
+    """Requests a second of a measurement (perf_analyzer reports inferences a second)."""
+    throughput = values.get("throughput")
+    return float(throughput) / batch if throughput else None
+
+
 def measured_seconds(values: dict[str, Any], batch: int) -> float | None:
     """How long a measurement's merged windows lasted: its requests' inferences over its
     throughput (perf_analyzer reports both, not the duration)."""
@@ -319,13 +325,10 @@ def measure_point(
                 raise PerfError(f"perf_analyzer failed (exit {code}) at {point}:\n{out[-2000:]}")
             return code, out
 
-        def rate_of(values: dict[str, Any]) -> float:
-            return float(values["throughput"]) / point.batch
-
         if warm_up and settings.warmup_factor:
             code, out = attempt(settings.request_count * settings.warmup_factor, NO_STABILITY_CHECK)
             if code == 0:
-                rate = rate_of(parse_result(result_csv, out))
+                rate = request_rate(parse_result(result_csv, out), point.batch)
 
         floor_s = settings.min_duration_ms / 1000
         requests, capped = settings.requests_per_window(rate)
@@ -358,7 +361,7 @@ def measure_point(
                     requests,
                     floor_s,
                 )
-                rate = rate_of(values)
+                rate = request_rate(values, point.batch)
                 floor_requests, capped = settings.requests_per_window(rate)
                 requests = max(requests, floor_requests)
                 continue
@@ -380,8 +383,7 @@ def measure_trials(
     for trial in range(1, trials + 1):
         for point in points:
             row = measure(point, trial == 1, rates.get(point))
-            throughput = row.get("throughput")
-            rates[point] = float(throughput) / point.batch if throughput else None
+            rates[point] = request_rate(row, point.batch)
             rows.append({**row, "trial": trial})
     return rows
 
