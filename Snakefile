@@ -17,6 +17,7 @@ include: "rules/convert.smk"
 include: "rules/repository.smk"
 include: "rules/accuracy.smk"
 include: "rules/perf.smk"
+include: "rules/search.smk"
 include: "rules/report.smk"
 include: "rules/preflight.smk"
 

@@ -53,6 +53,11 @@ class NeedsGPU(DeploybenchError, RuntimeError):
     """The step must run on a GPU node (e.g. submitted with ``--profile profiles/slurm``)."""
 
 
+class SearchError(DeploybenchError, RuntimeError):
+    """No candidate of a serving-configuration search meets its latency budget and throughput
+    floor, or its measurements cannot be read."""
+
+
 class PreflightError(DeploybenchError, RuntimeError):
     """A preflight check failed: the GPU, driver, image or tools the runs need are not there."""
 
@@ -63,6 +68,11 @@ class ArtifactChanged(DeploybenchError, RuntimeError):
 
 class DataError(DeploybenchError, ValueError):
     """A task data set (DLE's pre-processed files) that cannot be read as its model needs."""
+
+
+class ResultsError(DeploybenchError, ValueError):
+    """A results table or record (a search's points or candidates CSV, its choice JSON) that
+    lacks the columns or keys a chart or report section needs."""
 
 
 class LockError(DeploybenchError, ValueError):

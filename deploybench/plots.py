@@ -12,6 +12,8 @@ and the points whose measurement was not stable are circled in red. ``save`` wri
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .columns import INTERVAL_COLUMNS, chart_labels
+from .errors import ConfigError, ResultsError
 from .io import atomic_path
 
 CONFIG_FIELDS = ("gpu", "format", "precision")
@@ -47,6 +50,34 @@ COMPONENTS = chart_labels("component")
 BREAKDOWN_TOTAL = "avg_latency_ms"
 BREAKDOWN_ERROR_LABEL = "avg latency ± 95 % CI"
 SCENARIO_X = {"offline": "batch", "online": "concurrency"}
+
+# The serving-configuration search's points.csv: the columns its chart needs, those it draws
+# when there, which of them are numbers and which flags.
+SEARCH_TITLE = "Serving-configuration search: throughput vs p99 latency"
+P99_TITLE = "p99 " + LATENCY_TITLE
+SEARCH_NEEDED = (
+    "variant",
+    "baseline",
+    "chosen",
+    "concurrency",
+    "throughput",
+    "p99_latency_ms",
+    "frontier",
+)
+SEARCH_OPTIONAL = ("batch", "throughput_ci95", "p99_latency_ms_ci95", "in_budget")
+SEARCH_NUMERIC = (
+    "batch",
+    "concurrency",
+    "throughput",
+    "throughput_ci95",
+    "p99_latency_ms",
+    "p99_latency_ms_ci95",
+)
+SEARCH_FLAGS = ("baseline", "chosen", "frontier", "in_budget")
+# The outlined points' shapes, one legend entry each.
+MARKED = {"baseline": "square", "chosen": "diamond"}
+FRONTIER_LABEL = "Pareto frontier"
+BUDGET_COLOR = "#7f7f7f"
 
 
 def offline_throughput(rows: pd.DataFrame) -> alt.LayerChart:
@@ -262,6 +293,145 @@ def published_overlay(
     return _layer(layers, data, title).interactive()
 
 
+def search_pareto(
+    points: pd.DataFrame, budget_ms: float | None, subtitle: str | None = None
+) -> alt.LayerChart:
+    """The serving-configuration search: throughput vs p99 latency of every point it measured.
+
+    One color per candidate (its points joined faintly along its concurrency sweep), the Pareto
+    frontier of all points as a step line (the most throughput at that latency or less), the
+    baseline's and the chosen candidate's points outlined, the latency budget (when there is
+    one) as a dashed rule and the points over it faint. Error bars and unstable marks as in the
+    other charts. ``points``: the search's points.csv; ``subtitle``: the run, say.
+    """
+    missing = [c for c in SEARCH_NEEDED if c not in points.columns]
+    if missing:
+        raise ResultsError(
+            f"search points lack columns {missing}; have {sorted(map(str, points.columns))}"
+        )
+    if budget_ms is not None and not (
+        isinstance(budget_ms, numbers.Real)
+        and not isinstance(budget_ms, bool)
+        and math.isfinite(budget_ms)
+        and budget_ms > 0
+    ):
+        raise ConfigError(
+            f"latency budget must be a positive number of ms or None, not {budget_ms!r}"
+        )
+    data = points[[c for c in (*SEARCH_NEEDED, *SEARCH_OPTIONAL) if c in points.columns]].copy()
+    for column in SEARCH_NUMERIC:
+        # The intervals always (NaN: none, as with one trial), for the tooltips; batch if there.
+        if column in data.columns or column in INTERVAL_COLUMNS.values():
+            data[column] = pd.to_numeric(data.get(column, float("nan")), errors="coerce")
+    # From a CSV with gaps a bool column reads as strings: "True", "False", NaN.
+    for column in SEARCH_FLAGS:
+        if column in data.columns:
+            data[column] = _said(data[column], True)
+    data[UNSTABLE] = _unstable(points)
+    data["variant"] = data["variant"].astype(str)
+    data = data.dropna(subset=["throughput", "p99_latency_ms"]).reset_index(drop=True)
+
+    # The baseline first in the legend, the rest in the search's order.
+    variants = list(dict.fromkeys([*data.loc[data["baseline"], "variant"], *data["variant"]]))
+    color = alt.Color(
+        "variant:N",
+        title="Candidate",
+        # Opaque symbols: the legend would take the faint sweep lines' opacity.
+        legend=alt.Legend(symbolOpacity=1),
+        scale=alt.Scale(
+            domain=variants, scheme="tableau10" if len(variants) <= 10 else "tableau20"
+        ),
+    )
+    x = alt.X("p99_latency_ms:Q", title=P99_TITLE)
+    y = alt.Y("throughput:Q", title=THROUGHPUT_TITLE)
+    tooltip = [
+        alt.Tooltip(f"{c}:{'N' if c == 'variant' else 'Q'}")
+        for c in ("variant", "batch", "concurrency", "throughput", "p99_latency_ms")
+        if c in data.columns
+    ]
+    tooltip += [
+        alt.Tooltip(f"{INTERVAL_COLUMNS[c]}:Q", title=f"{c} {CI_TITLE}")
+        for c in ("throughput", "p99_latency_ms")
+    ]
+    sweep = (
+        alt.Chart()
+        .mark_line(opacity=0.35, strokeWidth=1)
+        .encode(
+            x=x,
+            y=y,
+            color=color,
+            order=alt.Order("concurrency:Q"),
+            # A candidate measured at several batch sizes: one sweep each, not a zig-zag.
+            **({"detail": alt.Detail("batch:Q")} if "batch" in data.columns else {}),
+        )
+    )
+    dots = alt.Chart().mark_point(filled=True, size=50)
+    if "in_budget" in data.columns:
+        over = alt.when(alt.FieldEqualPredicate(field="in_budget", equal=True))
+        dots = dots.encode(opacity=over.then(alt.value(1.0)).otherwise(alt.value(0.35)))
+    dots = dots.encode(x=x, y=y, color=color, tooltip=tooltip)
+    error = _error_bars(
+        data,
+        x,
+        y,
+        x_error=INTERVAL_COLUMNS["p99_latency_ms"],
+        y_error=INTERVAL_COLUMNS["throughput"],
+        color=color,
+    )
+    frontier = (
+        alt.Chart()
+        .transform_filter(alt.FieldEqualPredicate(field="frontier", equal=True))
+        .transform_calculate(frontier_label=json.dumps(FRONTIER_LABEL))
+        # step-after: flat to the next frontier point's latency, then up to its throughput.
+        .mark_line(interpolate="step-after", color="black", strokeWidth=1.5)
+        .encode(
+            x=x,
+            y=y,
+            order=alt.Order("p99_latency_ms:Q"),
+            # A constant field, as for the unstable marks: a legend entry of its own.
+            strokeDash=alt.StrokeDash(
+                "frontier_label:N",
+                scale=alt.Scale(domain=[FRONTIER_LABEL], range=[[1, 0]]),
+                legend=alt.Legend(title=None, symbolType="stroke", symbolStrokeColor="black"),
+            ),
+        )
+    )
+    marked = [role for role in MARKED if data[role].any()]
+    outlines = [
+        alt.Chart()
+        .transform_filter(alt.FieldEqualPredicate(field=role, equal=True))
+        .transform_calculate(marked=json.dumps(role))
+        .mark_point(filled=False, size=220, strokeWidth=2, color="black", opacity=1)
+        .encode(
+            x=x,
+            y=y,
+            shape=alt.Shape(
+                "marked:N",
+                scale=alt.Scale(domain=marked, range=[MARKED[r] for r in marked]),
+                legend=alt.Legend(title=None),
+            ),
+            tooltip=tooltip,
+        )
+        for role in marked
+    ]
+    layers = [sweep, dots, *error, frontier, *outlines]
+    layers += _unstable_marks(data, x, y, series="variant")
+    if budget_ms is not None:
+        label = f"p99 budget {budget_ms:g} ms"
+        # Its own one-row data, under the points' field name: the rule shares their x scale
+        # (so it stays in view) and is drawn once, not once per point.
+        budget = alt.Chart(alt.Data(values=[{"p99_latency_ms": budget_ms, "budget_label": label}]))
+        layers += [
+            budget.mark_rule(strokeDash=[6, 4], strokeWidth=1.5, color=BUDGET_COLOR).encode(x=x),
+            # At the foot of the rule: the points near the budget are the high ones.
+            budget.mark_text(
+                align="left", baseline="bottom", dx=4, dy=-4, color=BUDGET_COLOR
+            ).encode(x=x, y=alt.value(alt.ExprRef("height")), text="budget_label:N"),
+        ]
+    title = alt.TitleParams(SEARCH_TITLE, subtitle=subtitle or alt.Undefined)
+    return _layer(layers, data, title).interactive()
+
+
 def sized(chart: alt.TopLevelMixin, width: int, height: int) -> alt.TopLevelMixin:
     """``chart`` drawn ``width`` x ``height`` px; a faceted chart's cells are that size each."""
     if isinstance(chart, alt.FacetChart):
@@ -340,14 +510,20 @@ def _unstable(rows: pd.DataFrame) -> pd.Series:
     whose column also has gaps. Missing (published rows, older CSVs) or empty: not marked."""
     if "stable" not in rows.columns:
         return pd.Series(False, index=rows.index, dtype=bool)
+    return _said(rows["stable"], False)
 
-    def said_false(value: object) -> bool:
+
+def _said(column: pd.Series, expected: bool) -> pd.Series:
+    """Whether each value is ``expected``: a bool, or the string pandas reads from a CSV whose
+    column also has gaps ("True", "False"). Missing or empty: False."""
+
+    def said(value: object) -> bool:
         if isinstance(value, str):
-            return value.strip().lower() == "false"
+            return value.strip().lower() == str(expected).lower()
         # NaN (no verdict) is neither; numpy's bool_ is no bool.
-        return isinstance(value, bool | np.bool_) and not value
+        return isinstance(value, bool | np.bool_) and bool(value) == expected
 
-    return rows["stable"].map(said_false).astype(bool)
+    return column.map(said).astype(bool)
 
 
 def _series_chart(
@@ -429,8 +605,11 @@ def _error_bars(
     return layers
 
 
-def _unstable_marks(data: pd.DataFrame, x: alt.X, y: alt.Y) -> list[alt.Chart]:
-    """A red hollow circle over each unstable point, with a legend entry; none if all are."""
+def _unstable_marks(
+    data: pd.DataFrame, x: alt.X, y: alt.Y, series: str = CONFIG
+) -> list[alt.Chart]:
+    """A red hollow circle over each unstable point, with a legend entry; none if all are
+    stable. ``series``: the field naming a point's series, for the tooltip."""
     if not data[UNSTABLE].any():
         return []
     return [
@@ -449,7 +628,7 @@ def _unstable_marks(data: pd.DataFrame, x: alt.X, y: alt.Y) -> list[alt.Chart]:
                 legend=alt.Legend(title=None, symbolType="circle"),
             ),
             tooltip=[
-                alt.Tooltip(f"{CONFIG}:N"),
+                alt.Tooltip(f"{series}:N"),
                 alt.Tooltip(x.shorthand),
                 alt.Tooltip(y.shorthand),
                 alt.Tooltip("unstable_label:N", title="stable"),

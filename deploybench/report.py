@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import numbers
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from .compare import (
     measured,
 )
 from .config import ConfigError, reference_run
+from .errors import ResultsError
 from .stats import ratio_to
 
 
@@ -272,3 +274,189 @@ def render_html(markdown: str, title: str) -> str:
 
 def read_json(path: str | Path) -> dict[str, Any]:
     return dict(json.loads(Path(path).read_text()))
+
+
+# --- the serving-configuration search ---------------------------------------------------------
+
+# A search's candidates table (search.csv): column → heading, in the report's order. The
+# settings and the point are integers; the measured values carry their ``_ci95`` intervals.
+SEARCH_COLUMNS = {
+    "variant": "Variant",
+    "model_instances": "Instances",
+    "max_batch_size": "Max batch",
+    "preferred_batch_sizes": "Preferred batch sizes",
+    "max_queue_delay_us": "Queue delay (µs)",
+    "intra_op_threads": "Threads",
+    "concurrency": "Best point (concurrency)",
+    "throughput": "Inferences/Second",
+    "p99_latency_ms": "p99 latency (ms)",
+    "stable": "Stable",
+    "verdict": "Verdict",
+    "gain": "Gain over baseline (x)",
+}
+SEARCH_INTERVALS = {c: c + "_ci95" for c in ("throughput", "p99_latency_ms", "gain")}
+SEARCH_INTEGERS = (
+    "model_instances",
+    "max_batch_size",
+    "max_queue_delay_us",
+    "intra_op_threads",
+    "concurrency",
+)
+# What the section cannot do without; the rest (intervals, threads, stable) may be missing.
+SEARCH_NEEDED = [c for c in SEARCH_COLUMNS if c not in ("intra_op_threads", "stable")]
+SEARCH_NEEDED += ["baseline", "chosen"]
+CHOICE_NEEDED = ("variant", "baseline", "strategy", "candidates")
+
+
+def search_section(
+    run_path: str,
+    candidates: pd.DataFrame,
+    choice: Mapping[str, Any],
+    chart: str | None,
+    nested: bool = False,
+) -> str:
+    """The serving-configuration search of one run: what was searched, what it chose and by how
+    much it beats the baseline, its chart and the candidates' table.
+
+    ``candidates``: search.csv; ``choice``: best/choice.json; ``chart``: the Pareto chart's
+    image path relative to the page (None: no image). The section's heading is "## Search:
+    <run>", or with ``nested`` "### Serving-configuration search" (under the run's own heading).
+    """
+    missing = [c for c in SEARCH_NEEDED if c not in candidates.columns]
+    if missing:
+        raise ResultsError(
+            f"search candidates lack columns {missing}; have {sorted(map(str, candidates.columns))}"
+        )
+    lacking = [k for k in CHOICE_NEEDED if k not in choice]
+    if lacking:
+        raise ResultsError(f"search choice lacks keys {lacking}; has {sorted(choice)}")
+    heading = "### Serving-configuration search" if nested else f"## Search: {run_path}"
+    parts = [heading, _searched(choice) + " " + _chosen(choice)]
+    if chart is not None:
+        parts.append(f"![search pareto]({chart})")
+    parts.append(
+        "Each candidate at its best point: the most throughput within the budget (empty when "
+        "none was); its gain is that throughput over the baseline's, ± its 95 % half-width."
+    )
+    parts.append(markdown_table(_search_rows(candidates), SEARCH_COLUMNS, SEARCH_INTERVALS))
+    return "\n\n".join(parts)
+
+
+def _searched(choice: Mapping[str, Any]) -> str:
+    """What the search looked for: "Searched 6 serving configurations (grid strategy) for the most
+    throughput with p99 latency within 50 ms and at least 100 inferences/s."."""
+    budget, floor = choice.get("latency_budget_ms"), choice.get("min_throughput")
+    within = (
+        "with no p99 latency budget"
+        if _missing(budget)
+        else f"with p99 latency within {budget:g} ms"
+    )
+    if not _missing(floor):
+        within += f" and at least {floor:g} inferences/s"
+    n = choice["candidates"]
+    return (
+        f"Searched {n} serving configuration{'s' if n != 1 else ''} ({choice['strategy']} "
+        f"strategy) for the most throughput {within}."
+    )
+
+
+def _chosen(choice: Mapping[str, Any]) -> str:
+    """The choice, its point, its measured values and its gain over the baseline."""
+    variant, baseline = choice["variant"], choice["baseline"]
+    if _missing(variant):
+        return "No candidate met the budget and the floor: nothing was chosen."
+    point = choice.get("point") or {}
+    at = ", ".join(
+        f"{key} {point[key]}" for key in ("concurrency", "batch") if not _missing(point.get(key))
+    )
+    text = f"Chosen: `{variant}`" + (f" at {at}" if at else "")
+    measured_values = [
+        f"{_interval(choice.get(key))}{unit}"
+        for key, unit in (("throughput", " inferences/s"), ("p99_latency_ms", " ms p99"))
+        if _interval(choice.get(key))
+    ]
+    if measured_values:
+        text += " (" + ", ".join(measured_values) + ")"
+    if variant == baseline:
+        return text + ": the baseline itself."
+    text += f"; over the baseline `{baseline}`: " + _gain(choice.get("gain") or {})
+    return text + "."
+
+
+def _gain(gain: Mapping[str, Any]) -> str:
+    """The gain as "x1.23 ± 0.05 (significant)", "(not significant)" or "(no interval)";
+    none without a ratio."""
+    ratio = _float(gain.get("ratio"))
+    if math.isnan(ratio):
+        # search.py leaves it out when the baseline meets no constraint: nothing to compare.
+        return "no gain (the baseline meets no constraint)"
+    half = _float(gain.get("ci95"))
+    text = "x" + format_interval(ratio, half)
+    if math.isnan(half):
+        return text + " (no interval)"
+    return text + (" (significant)" if gain.get("significant") else " (not significant)")
+
+
+def _interval(value: Any) -> str:
+    """A choice.json ``{"mean", "ci95"}`` as "x ± h"; "" when it has no mean."""
+    if not isinstance(value, Mapping):
+        return ""
+    return format_interval(_float(value.get("mean")), _float(value.get("ci95")))
+
+
+def _search_rows(candidates: pd.DataFrame) -> pd.DataFrame:
+    """The candidates as the table shows them: the baseline and the choice labelled after their
+    variant, integers without ".0" (a column with gaps reads as floats), empty cells for what a
+    candidate lacks (no point within the budget, no threads on a GPU)."""
+    rows = candidates.copy()
+    labels = [
+        ", ".join(role for role in ("baseline", "chosen") if _true(row[role]))
+        for _, row in rows.iterrows()
+    ]
+    rows["variant"] = [
+        f"{variant} ({label})" if label else str(variant)
+        for variant, label in zip(rows["variant"], labels, strict=True)
+    ]
+    for column in SEARCH_INTEGERS:
+        if column in rows.columns:
+            rows[column] = rows[column].map(_integer)
+    rows["preferred_batch_sizes"] = rows["preferred_batch_sizes"].map(
+        lambda v: "" if _missing(v) else _integer(v) if _is_number(v) else str(v)
+    )
+    for column in ("stable", "verdict"):
+        if column in rows.columns:
+            rows[column] = rows[column].map(lambda v: "" if _missing(v) else str(v))
+    # Stability is the best point's: none without one (whatever the CSV says).
+    if "stable" in rows.columns:
+        rows.loc[pd.to_numeric(rows["throughput"], errors="coerce").isna(), "stable"] = ""
+    # A GPU run has no CPU threads setting: no column of empty cells.
+    if "intra_op_threads" in rows.columns and (rows["intra_op_threads"] == "").all():
+        rows = rows.drop(columns="intra_op_threads")
+    for value, interval in SEARCH_INTERVALS.items():
+        rows[value] = pd.to_numeric(rows[value], errors="coerce")
+        rows[interval] = pd.to_numeric(rows.get(interval, float("nan")), errors="coerce")
+    return rows
+
+
+def _integer(value: Any) -> str:
+    """``4``, ``4.0`` or ``"4"`` as "4"; a missing value as ""; anything else as it is."""
+    if _missing(value):
+        return ""
+    number = pd.to_numeric(value, errors="coerce")
+    if _is_number(number) and float(number).is_integer():
+        return str(int(number))
+    return str(value)
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN or a blank string (an empty CSV cell)."""
+    if isinstance(value, str):
+        return not value.strip()
+    return value is None or (_is_number(value) and math.isnan(float(value)))
+
+
+def _true(value: Any) -> bool:
+    """A flag from a CSV: a bool, or "True" when its column also has gaps."""
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return not _missing(value) and bool(value)

@@ -5,6 +5,7 @@
 
 import dataclasses
 import functools
+import json
 import os
 import re
 
@@ -16,6 +17,7 @@ from deploybench import chart_names
 from deploybench import config as dbconfig
 from deploybench import images
 from deploybench import plan as dbplan
+from deploybench import search as dbsearch
 
 SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
 validate(config, SCHEMA)
@@ -459,3 +461,136 @@ def all_reports():
         )
         pages += [f"reports/{report_set}/{m}.html" for m in models]
     return pages
+
+
+# --- The serving-configuration search (rules/search.smk) -----------------------------------
+SEARCH_DIR = f"{RUN_DIR}/search"
+CANDIDATE_DIR = f"{SEARCH_DIR}/{{variant}}"
+CANDIDATE_LOG = f"{LOG_DIR}/search/{{variant}}"
+SEARCH_STEP = f"{SEARCH_DIR}/quick/step{{step}}.json"
+SEARCH_SETTINGS = f"{SEARCH_DIR}/settings.json"
+PARETO_STEM = f"{SEARCH_DIR}/pareto"
+BEST_DIR = f"{RUN_DIR}/best"
+
+
+wildcard_constraints:
+    variant=dbsearch.VARIANT_PATTERN,
+    step=r"[0-9]+",
+
+
+@functools.cache
+def _search_plan(model, gpu, fmt, precision):
+    return dbplan.plan_search(config, model, gpu, fmt, precision)
+
+
+def search_of(wildcards):
+    """The search plan of the run named by the job's wildcards."""
+    return _search_plan(
+        wildcards.model, wildcards.gpu, wildcards.format, wildcards.precision
+    )
+
+
+def candidate_spec(step):
+    """For `params: spec=` of a candidate's job: the run's step, served as the variant."""
+    return lambda w: search_of(w).variant_plan(w.variant).spec(step)
+
+
+def candidate_runtime(step):
+    return lambda w: search_of(w).variant_plan(w.variant).runtime[step]
+
+
+def candidate_path(plan, variant, name):
+    """A file of candidate ``variant`` of the run of ``plan`` (its repository, online.csv)."""
+    return in_run(f"{CANDIDATE_DIR}/{name}", plan, variant=variant)
+
+
+def candidate_repository(wildcards):
+    search_of(wildcards).variant(wildcards.variant)  # a variant this run can serve
+    return candidate_path(plan_of(wildcards), wildcards.variant, "repository")
+
+
+def search_spec(wildcards):
+    return search_of(wildcards).spec()
+
+
+def run_wildcards(wildcards):
+    return {k: wildcards[k] for k in ("model", "gpu", "format", "precision")}
+
+
+def walk_step(wildcards, step):
+    """Step ``step`` of the run's quick walk, once made (checkpoint search_step): its file
+    and state."""
+    made = checkpoints.search_step.get(**run_wildcards(wildcards), step=step)
+    path = made.output.state
+    with open(path) as f:
+        return path, json.load(f)
+
+
+def walk_previous_step(wildcards):
+    """A walk step reads the step before it (none for the first)."""
+    step = int(wildcards.step)
+    return [walk_step(wildcards, step - 1)[0]] if step else []
+
+
+def walk_candidates(wildcards):
+    """... and every candidate that step had measured or asked for."""
+    step = int(wildcards.step)
+    if not step:
+        return []
+    state = walk_step(wildcards, step - 1)[1]
+    plan = plan_of(wildcards)
+    return [
+        candidate_path(plan, n, "online.csv")
+        for n in state["measured"] + state["pending"]
+    ]
+
+
+def searched_variants(wildcards):
+    """The candidates the choice reads, and the walk's last step (quick) if any."""
+    search = search_of(wildcards)
+    if search.settings.strategy == "grid":
+        return [v.name for v in search.grid()], []
+    # each step but the last measures one candidate at least: the walk ends within the cap
+    for step in range(search.settings.max_candidates + 2):
+        path, state = walk_step(wildcards, step)
+        if state["done"]:
+            return state["measured"], [path]
+    raise dbconfig.ConfigError(f"{search.run.path}: the quick walk did not end")
+
+
+def searched(name):
+    """For the choice's input: file ``name`` of every candidate the search measured."""
+
+    def files(wildcards):
+        plan = plan_of(wildcards)
+        return [candidate_path(plan, n, name) for n in searched_variants(wildcards)[0]]
+
+    return files
+
+
+def walk_end(wildcards):
+    """The quick walk's last step (none for a grid)."""
+    return searched_variants(wildcards)[1]
+
+
+def search_plots_spec(wildcards):
+    plan = plan_of(wildcards)
+    return {
+        "run_path": plan.path,
+        "stem": in_run(PARETO_STEM, plan),
+        "options": config["report"]["plots"],
+    }
+
+
+def search_results(paths):
+    """What `snakemake search` builds for runs given as ``model/gpu/format/precision``."""
+    files = []
+    for path in paths:
+        plan = _run_plan(*run_fields(path))
+        _search_plan(*run_fields(path))  # checked now: a bad search fails the DAG
+        files += [
+            in_run(f"{RUN_DIR}/search.csv", plan),
+            in_run(f"{BEST_DIR}/choice.json", plan),
+            in_run(f"{PARETO_STEM}.svg", plan),
+        ]
+    return files

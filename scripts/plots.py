@@ -1,4 +1,4 @@
-"""Rule `plots`: the charts of one run (jobs.plots)."""
+"""Rules `plots` and `search_plots`: a run's charts, its search's (jobs.plots, search_plots)."""
 
 from deploybench.jobs import run_rule
 

@@ -1,0 +1,625 @@
+"""The serving-configuration search: candidates, the quick walk, and the choice.
+
+A *variant* is one way Triton serves a run's one artifact: model instances, max batch size with
+its preferred batch sizes, max queue delay and, on CPU, the runtime threads per instance. Its
+name spells every setting (``i2-b1024-p512.1024-q1``, ``-t1`` on CPU), so a candidate is the
+same artifact whichever search asks for it: a grid and a quick walk share what they both
+measured, and adding a value to an axis leaves the measured candidates as they are. The run's
+own configuration (the seed page's) is always a candidate: the *baseline*.
+
+Each candidate is measured over one online sweep; its score is its best throughput among the
+points whose p99 latency (the trials' mean) is within the budget. A candidate *beats* another
+when it meets the constraints and the other does not, or when both do and its throughput is
+higher by more than the two 95 % intervals combined (:func:`deploybench.stats.change`). The
+choice is the simplest candidate that no other beats (:func:`choose`), so no candidate that
+meets the budget is significantly faster than the one chosen. ``grid`` measures every
+combination; ``quick`` (:func:`quick_walk`) walks one axis at a time from the baseline to the
+neighbour that beats the current position, until a pass over every axis moves nowhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .compare import measured
+from .errors import ConfigError, SearchError
+from .stats import Interval, change
+
+STRATEGIES = ("grid", "quick")
+# The axes in the order the quick walk tries them and a name spells them.
+AXES = ("model_instances", "max_batch_size", "max_queue_delay_us", "intra_op_threads")
+# Runtime threads are the python backend's (CPU) setting; a native GPU backend has none.
+CPU_ONLY_AXES = ("intra_op_threads",)
+# A variant's name: i<instances>-b<max batch>-p<preferred, dot-separated>-q<delay µs>[-t<threads>]
+VARIANT_PATTERN = r"i[0-9]+-b[0-9]+-p[0-9]+(?:\.[0-9]+)*-q[0-9]+(?:-t[0-9]+)?"
+_VARIANT = re.compile(
+    r"i(?P<i>[0-9]+)-b(?P<b>[0-9]+)-p(?P<p>[0-9]+(?:\.[0-9]+)*)-q(?P<q>[0-9]+)(?:-t(?P<t>[0-9]+))?"
+)
+
+# A candidate's verdict in search.csv.
+CHOSEN = "chosen"
+TIE = "tie"  # no other candidate beats it, but a simpler one was chosen
+SLOWER = "slower"  # another candidate meeting the constraints is significantly faster
+OVER_BUDGET = "over budget"  # no point within the latency budget
+BELOW_FLOOR = "below floor"  # its best throughput within the budget is under min_throughput
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One serving configuration of a run's artifact."""
+
+    model_instances: int
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...]
+    max_queue_delay_us: int
+    intra_op_threads: int | None  # None on a GPU (native backends have no such setting)
+
+    @property
+    def name(self) -> str:
+        preferred = ".".join(str(b) for b in self.preferred_batch_sizes)
+        name = (
+            f"i{self.model_instances}-b{self.max_batch_size}-p{preferred}"
+            f"-q{self.max_queue_delay_us}"
+        )
+        return name if self.intra_op_threads is None else f"{name}-t{self.intra_op_threads}"
+
+    def triton(self) -> dict[str, Any]:
+        """Its values of the run's `triton` settings."""
+        settings: dict[str, Any] = {
+            "model_instances": self.model_instances,
+            "max_batch_size": self.max_batch_size,
+            "preferred_batch_sizes": list(self.preferred_batch_sizes),
+            "max_queue_delay_us": self.max_queue_delay_us,
+        }
+        if self.intra_op_threads is not None:
+            settings["intra_op_threads"] = self.intra_op_threads
+        return settings
+
+    def simplicity(self) -> tuple[int, ...]:
+        """Ties go to the smallest: fewest instances, then threads, the smallest batches, the
+        shortest queue delay."""
+        return (
+            self.model_instances,
+            self.intra_op_threads or 0,
+            self.max_batch_size,
+            self.max_queue_delay_us,
+            *self.preferred_batch_sizes,
+        )
+
+    def axis_value(self, axis: str) -> Any:
+        if axis == "max_batch_size":
+            return (self.max_batch_size, self.preferred_batch_sizes)
+        return getattr(self, axis)
+
+    def with_value(self, axis: str, value: Any) -> Variant:
+        if axis == "max_batch_size":
+            return replace(self, max_batch_size=value[0], preferred_batch_sizes=value[1])
+        return replace(self, **{axis: value})
+
+
+def check_variant(variant: Variant, where: str) -> Variant:
+    """``variant`` if Triton can serve it: preferred batch sizes ascending, unique, within the
+    max batch size; at least one instance."""
+    preferred = variant.preferred_batch_sizes
+    if variant.model_instances < 1 or variant.max_batch_size < 1:
+        raise ConfigError(f"{where}: a variant needs at least one instance and batch size 1")
+    if not preferred or list(preferred) != sorted(set(preferred)) or preferred[0] < 1:
+        raise ConfigError(
+            f"{where}: preferred batch sizes {list(preferred)} must be ascending, unique and >= 1"
+        )
+    if preferred[-1] > variant.max_batch_size:
+        raise ConfigError(
+            f"{where}: preferred batch size {preferred[-1]} exceeds max batch size "
+            f"{variant.max_batch_size}"
+        )
+    return variant
+
+
+def parse_variant(name: str, device: str) -> Variant:
+    """The variant a name spells; a malformed name, threads on a GPU or none on CPU fail."""
+    match = _VARIANT.fullmatch(name)
+    if match is None:
+        raise ConfigError(
+            f"variant {name!r} is not a variant name; expected i<instances>-b<max batch>-"
+            "p<preferred batch sizes, dot-separated>-q<max queue delay us>[-t<threads>], "
+            "e.g. i2-b1024-p512.1024-q1 (GPU) or i1-b64-p32.64-q1-t1 (CPU)"
+        )
+    threads = match["t"]
+    if (threads is None) != (device != "cpu"):
+        raise ConfigError(
+            f"variant {name!r}: -t<threads> names the CPU runtime's threads per instance; "
+            f"a {device} run's variant must {'not ' if device != 'cpu' else ''}have it"
+        )
+    return check_variant(
+        Variant(
+            model_instances=int(match["i"]),
+            max_batch_size=int(match["b"]),
+            preferred_batch_sizes=tuple(int(b) for b in match["p"].split(".")),
+            max_queue_delay_us=int(match["q"]),
+            intra_op_threads=None if threads is None else int(threads),
+        ),
+        f"variant {name!r}",
+    )
+
+
+def baseline_of(triton: Mapping[str, Any], device: str) -> Variant:
+    """The run's own serving configuration (its `triton` settings) as a variant."""
+    return check_variant(
+        Variant(
+            model_instances=int(triton["model_instances"]),
+            max_batch_size=int(triton["max_batch_size"]),
+            preferred_batch_sizes=tuple(int(b) for b in triton["preferred_batch_sizes"]),
+            max_queue_delay_us=int(triton["max_queue_delay_us"]),
+            intra_op_threads=int(triton.get("intra_op_threads", 0)) if device == "cpu" else None,
+        ),
+        "the run's triton settings",
+    )
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """`models.<m>.search` (sized), resolved: axes as sorted values, the baseline's included."""
+
+    strategy: str
+    latency_budget_ms: float | None
+    min_throughput: float | None
+    max_candidates: int
+    axes: Mapping[str, tuple[Any, ...]]  # searched axes only, in AXES order
+
+    def grid(self, baseline: Variant) -> list[Variant]:
+        """Every combination of the axes' values (others at the baseline's), baseline first."""
+        names = list(self.axes)
+        combos = itertools.product(*(self.axes[a] for a in names))
+        variants = [baseline]
+        for values in combos:
+            variant = baseline
+            for axis, value in zip(names, values, strict=True):
+                variant = variant.with_value(axis, value)
+            if variant not in variants:
+                variants.append(variant)
+        return variants
+
+    def neighbours(self, variant: Variant, axis: str) -> list[Variant]:
+        """The variants one value down and one up ``axis`` from ``variant``."""
+        values = self.axes[axis]
+        at = values.index(variant.axis_value(axis))
+        return [
+            variant.with_value(axis, values[i]) for i in (at - 1, at + 1) if 0 <= i < len(values)
+        ]
+
+
+def search_settings(
+    search: Mapping[str, Any], baseline: Variant, device: str, where: str
+) -> SearchSettings:
+    """Resolve a run's `search` settings; an axis a device lacks or a bad value fails here."""
+    strategy = str(search["strategy"])
+    if strategy not in STRATEGIES:
+        raise ConfigError(
+            f"{where}.strategy: unknown strategy {strategy!r}; valid choices: {', '.join(STRATEGIES)}"
+        )
+    given = dict(search.get("axes") or {})
+    unknown = sorted(set(given) - set(AXES))
+    if unknown:
+        raise ConfigError(
+            f"{where}.axes: unknown axis {unknown[0]!r}; valid choices: {', '.join(AXES)}"
+        )
+    axes: dict[str, tuple[Any, ...]] = {}
+    for axis in AXES:
+        if axis not in given:
+            continue
+        if axis in CPU_ONLY_AXES and device != "cpu":
+            raise ConfigError(
+                f"{where}.axes.{axis}: the CPU runtime's threads per instance; a {device} run's "
+                "native backend has no such setting"
+            )
+        values = [_axis_value(axis, v, f"{where}.axes.{axis}") for v in given[axis]]
+        values.append(baseline.axis_value(axis))
+        axes[axis] = tuple(sorted(set(values)))
+    budget, floor = search.get("latency_budget_ms"), search.get("min_throughput")
+    return SearchSettings(
+        strategy=strategy,
+        latency_budget_ms=None if budget is None else float(budget),
+        min_throughput=None if floor is None else float(floor),
+        max_candidates=int(search["max_candidates"]),
+        axes=axes,
+    )
+
+
+def settings_spec(settings: SearchSettings) -> dict[str, Any]:
+    """``settings`` as plain JSON-able data (a job's spec; :func:`settings_from_spec` reads it)."""
+    return {
+        "strategy": settings.strategy,
+        "latency_budget_ms": settings.latency_budget_ms,
+        "min_throughput": settings.min_throughput,
+        "max_candidates": settings.max_candidates,
+        "axes": {
+            axis: [[v[0], list(v[1])] if axis == "max_batch_size" else v for v in values]
+            for axis, values in settings.axes.items()
+        },
+    }
+
+
+def settings_from_spec(spec: Mapping[str, Any]) -> SearchSettings:
+    return SearchSettings(
+        strategy=str(spec["strategy"]),
+        latency_budget_ms=spec["latency_budget_ms"],
+        min_throughput=spec["min_throughput"],
+        max_candidates=int(spec["max_candidates"]),
+        axes={
+            axis: tuple(
+                (int(v[0]), tuple(int(b) for b in v[1])) if axis == "max_batch_size" else int(v)
+                for v in values
+            )
+            for axis, values in spec["axes"].items()
+        },
+    )
+
+
+def _axis_value(axis: str, value: Any, where: str) -> Any:
+    """An axis value as a variant holds it: max batch size as (max, preferred sizes); an int
+    ``m`` means preferred sizes ``m/2, m``, as the seed pages pair them (1024: 512, 1024)."""
+    if axis != "max_batch_size":
+        return int(value)
+    if isinstance(value, Mapping):
+        top, preferred = (
+            int(value["max_batch_size"]),
+            tuple(int(b) for b in value["preferred_batch_sizes"]),
+        )
+    else:
+        top = int(value)
+        preferred = tuple(sorted({max(1, top // 2), top}))
+    probe = Variant(1, top, preferred, 0, None)
+    check_variant(probe, where)
+    return (top, preferred)
+
+
+# ---------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A measured variant, scored: its best point within the latency budget."""
+
+    variant: Variant
+    feasible: bool  # a point within the budget, and its throughput at least the floor
+    verdict_if_infeasible: str | None  # OVER_BUDGET | BELOW_FLOOR
+    point: Mapping[str, Any] | None  # the best point's row (None: no point within budget)
+    throughput: Interval
+    p99: Interval
+    lowest_p99_ms: float  # over all its points: how far an over-budget candidate is
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def stable(self) -> bool | None:
+        value = None if self.point is None else self.point.get("stable")
+        return None if value is None else _truthy(value)
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
+NO_INTERVAL = Interval(math.nan, math.nan, 0)
+
+
+def score(
+    variant: Variant,
+    rows: Sequence[Mapping[str, Any]],
+    budget_ms: float | None,
+    min_throughput: float | None,
+) -> Candidate:
+    """``variant``'s best point: the highest mean throughput among the points (online CSV rows)
+    whose mean p99 latency is within ``budget_ms`` (None: every point)."""
+    if not rows:
+        raise SearchError(f"candidate {variant.name}: its online CSV has no points")
+    lowest = min(float(r["p99_latency_ms"]) for r in rows)
+    within = [r for r in rows if budget_ms is None or float(r["p99_latency_ms"]) <= budget_ms]
+    if not within:
+        return Candidate(variant, False, OVER_BUDGET, None, NO_INTERVAL, NO_INTERVAL, lowest)
+    best = max(within, key=lambda r: float(r["throughput"]))
+    throughput, p99 = measured(best, "throughput"), measured(best, "p99_latency_ms")
+    feasible = min_throughput is None or throughput.mean >= min_throughput
+    return Candidate(
+        variant, feasible, None if feasible else BELOW_FLOOR, best, throughput, p99, lowest
+    )
+
+
+def beats(a: Candidate, b: Candidate) -> bool:
+    """``a`` meets the constraints and ``b`` does not, or both do and ``a`` serves more by more
+    than their 95 % intervals combined."""
+    if a.feasible != b.feasible:
+        return a.feasible
+    if not a.feasible:
+        return False
+    moved = change(b.throughput, a.throughput)
+    return moved.significant and a.throughput.mean > b.throughput.mean
+
+
+def undominated(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """The candidates meeting the constraints that no other beats."""
+    pool = [c for c in candidates if c.feasible]
+    return [c for c in pool if not any(beats(other, c) for other in pool)]
+
+
+def choose(
+    candidates: Sequence[Candidate], budget_ms: float | None, min_throughput: float | None
+) -> Candidate:
+    """The simplest candidate that no other beats (:meth:`Variant.simplicity`, then the name).
+    None meeting the constraints fails, naming the closest."""
+    best = undominated(candidates)
+    if best:
+        return min(best, key=lambda c: (c.variant.simplicity(), c.name))
+    if min_throughput is not None and any(
+        c.verdict_if_infeasible == BELOW_FLOOR for c in candidates
+    ):
+        top = max((c for c in candidates if c.point is not None), key=lambda c: c.throughput.mean)
+        raise SearchError(
+            f"no candidate reaches search.min_throughput {min_throughput:g} infer/s within the "
+            f"budget: the most is {top.throughput.mean:.4g} ({top.name}); lower the floor or "
+            "widen the axes"
+        )
+    closest = min(candidates, key=lambda c: c.lowest_p99_ms)
+    raise SearchError(
+        f"no candidate of {len(candidates)} has a point within the p99 latency budget of "
+        f"{budget_ms:g} ms (search.latency_budget_ms); the lowest p99 measured is "
+        f"{closest.lowest_p99_ms:.4g} ms ({closest.name}): raise the budget or measure lower "
+        "concurrencies (search.online.concurrency)"
+    )
+
+
+def verdicts(candidates: Sequence[Candidate], chosen: Candidate) -> dict[str, str]:
+    """Each candidate's verdict (CHOSEN, TIE, SLOWER, OVER_BUDGET, BELOW_FLOOR), by name."""
+    top = {c.name for c in undominated(candidates)}
+    out = {}
+    for c in candidates:
+        if c.name == chosen.name:
+            out[c.name] = CHOSEN
+        elif not c.feasible:
+            out[c.name] = c.verdict_if_infeasible or OVER_BUDGET
+        else:
+            out[c.name] = TIE if c.name in top else SLOWER
+    return out
+
+
+# ---------------------------------------------------------------------------- quick walk
+
+
+@dataclass(frozen=True)
+class WalkState:
+    """Where the quick walk stands given the candidates measured so far."""
+
+    measured: tuple[str, ...]  # the candidates it has results of
+    pending: tuple[str, ...]  # what it needs measured next (empty when done)
+    position: str  # the best configuration the walk reached
+    done: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "measured": list(self.measured),
+            "pending": list(self.pending),
+            "position": self.position,
+            "done": self.done,
+            "reason": self.reason,
+        }
+
+
+def quick_walk(
+    settings: SearchSettings, baseline: Variant, results: Mapping[str, Candidate]
+) -> WalkState:
+    """Replay the greedy walk over ``results`` (measured candidates by name): from the baseline,
+    along each axis in turn, move to the neighbour that beats the position (the better of two,
+    by mean throughput) and keep going along that axis; the walk ends when a pass over every
+    axis moves nowhere, or when the next neighbours would exceed ``max_candidates``. It returns
+    the candidates to measure next where a result it needs is missing. The same results give
+    the same walk, so each step of the workflow's data-dependent DAG replays it from the start.
+    """
+    have = tuple(results)
+
+    def state(pending: Sequence[Variant], position: Variant, done: bool, reason: str) -> WalkState:
+        return WalkState(have, tuple(v.name for v in pending), position.name, done, reason)
+
+    if baseline.name not in results:
+        return state([baseline], baseline, False, "measure the baseline")
+    position = baseline
+    while True:
+        moved = False
+        for axis in settings.axes:
+            while True:
+                around = settings.neighbours(position, axis)
+                missing = [v for v in around if v.name not in results]
+                if missing:
+                    room = settings.max_candidates - len(results)
+                    if room <= 0:
+                        return state(
+                            [],
+                            position,
+                            True,
+                            f"max_candidates ({settings.max_candidates}) reached",
+                        )
+                    return state(missing[:room], position, False, f"neighbours along {axis}")
+                better = [v for v in around if beats(results[v.name], results[position.name])]
+                if not better:
+                    break
+                position = max(better, key=lambda v: results[v.name].throughput.mean)
+                moved = True
+        if not moved:
+            return state([], position, True, "no neighbour of the position beats it")
+
+
+# ---------------------------------------------------------------------------- the frontier
+
+
+def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """For (throughput, p99) pairs: whether each is on the frontier (no other point has at least
+    its throughput at no more latency, and is better in one)."""
+    flags = []
+    for t, p in points:
+        dominated = any((t2 >= t and p2 <= p) and (t2 > t or p2 < p) for t2, p2 in points)
+        flags.append(not dominated)
+    return flags
+
+
+# ---------------------------------------------------------------------------- the tables
+
+# search.csv: one row per candidate, its settings and its best point within the budget.
+SEARCH_COLUMNS = [
+    "model",
+    "gpu",
+    "format",
+    "precision",
+    "variant",
+    "baseline",
+    "chosen",
+    *AXES[:2],
+    "preferred_batch_sizes",
+    *AXES[2:],
+    "verdict",
+    "batch",
+    "concurrency",
+    "throughput",
+    "throughput_ci95",
+    "p99_latency_ms",
+    "p99_latency_ms_ci95",
+    "stable",
+    "trials",
+    # its throughput over the baseline's, with the ratio's 95 % half-width
+    "gain",
+    "gain_ci95",
+]
+# search/points.csv: every measured point of every candidate (the Pareto chart's data).
+POINT_COLUMNS = [
+    "variant",
+    "baseline",
+    "chosen",
+    "batch",
+    "concurrency",
+    "throughput",
+    "throughput_ci95",
+    "p99_latency_ms",
+    "p99_latency_ms_ci95",
+    "stable",
+    "in_budget",
+    "frontier",
+]
+
+
+def read_points(path: str | Path) -> list[dict[str, Any]]:
+    """A candidate's online CSV as rows."""
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = pd.read_csv(path).to_dict("records")
+    return rows
+
+
+def variant_of_csv(path: str | Path, device: str) -> Variant:
+    """The candidate whose measurement ``path`` is (``search/<variant>/online.csv``)."""
+    return parse_variant(Path(path).parent.name, device)
+
+
+def candidate_rows(
+    candidates: Sequence[Candidate],
+    chosen: Candidate,
+    baseline: Candidate,
+    run: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """search.csv's rows."""
+    verdict = verdicts(candidates, chosen)
+    rows = []
+    for c in candidates:
+        point = c.point or {}
+        gain = change(baseline.throughput, c.throughput)
+        rows.append(
+            {
+                **{k: run[k] for k in ("model", "gpu", "format", "precision")},
+                "variant": c.name,
+                "baseline": c.name == baseline.name,
+                "chosen": c.name == chosen.name,
+                **{k: v for k, v in c.variant.triton().items() if k != "preferred_batch_sizes"},
+                "preferred_batch_sizes": " ".join(str(b) for b in c.variant.preferred_batch_sizes),
+                "verdict": verdict[c.name],
+                "batch": point.get("batch"),
+                "concurrency": point.get("concurrency"),
+                "throughput": _value(c.throughput.mean),
+                "throughput_ci95": _value(c.throughput.half_width),
+                "p99_latency_ms": _value(c.p99.mean),
+                "p99_latency_ms_ci95": _value(c.p99.half_width),
+                "stable": c.stable,
+                "trials": point.get("trials"),
+                "gain": _value(gain.ratio),
+                "gain_ci95": _value(gain.ratio_half_width),
+            }
+        )
+    return rows
+
+
+def point_rows(
+    measured: Mapping[str, Sequence[Mapping[str, Any]]],
+    chosen: str,
+    baseline: str,
+    budget_ms: float | None,
+) -> list[dict[str, Any]]:
+    """points.csv's rows: every point of every candidate (by name), the frontier marked."""
+    rows: list[dict[str, Any]] = [
+        {
+            "variant": name,
+            "baseline": name == baseline,
+            "chosen": name == chosen,
+            **{k: r.get(k) for k in POINT_COLUMNS[3:-2]},
+            "in_budget": budget_ms is None or float(r["p99_latency_ms"]) <= budget_ms,
+        }
+        for name, points in measured.items()
+        for r in points
+    ]
+    frontier = pareto_frontier([(float(r["throughput"]), float(r["p99_latency_ms"])) for r in rows])
+    return [r | {"frontier": f} for r, f in zip(rows, frontier, strict=True)]
+
+
+def choice_record(
+    settings: SearchSettings,
+    chosen: Candidate,
+    baseline: Candidate,
+    run: Mapping[str, Any],
+    count: int,
+) -> dict[str, Any]:
+    """best/choice.json: what was chosen, by which rule, and its gain over the baseline."""
+    gain = change(baseline.throughput, chosen.throughput)
+    point = chosen.point or {}
+    return {
+        "run": run["path"],
+        "variant": chosen.name,
+        "baseline": baseline.name,
+        "settings": chosen.variant.triton(),
+        "strategy": settings.strategy,
+        "latency_budget_ms": settings.latency_budget_ms,
+        "min_throughput": settings.min_throughput,
+        "candidates": count,
+        "point": {"batch": point.get("batch"), "concurrency": point.get("concurrency")},
+        "throughput": {
+            "mean": chosen.throughput.mean,
+            "ci95": _value(chosen.throughput.half_width),
+        },
+        "p99_latency_ms": {"mean": chosen.p99.mean, "ci95": _value(chosen.p99.half_width)},
+        # NaN (as null) when the baseline meets no constraint: nothing to compare with
+        "gain": {
+            "ratio": _value(gain.ratio),
+            "ci95": _value(gain.ratio_half_width),
+            "significant": bool(gain.significant) and baseline.feasible,
+        },
+    }
+
+
+def _value(x: float) -> float | None:
+    """A number for a CSV/JSON cell; NaN (no interval, no point) as empty."""
+    return None if x is None or math.isnan(x) else x
