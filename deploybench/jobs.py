@@ -350,6 +350,7 @@ def report(
         read_json,
         render_html,
         run_section,
+        search_section,
         summary_section,
     )
 
@@ -369,6 +370,17 @@ def report(
         provenance = read_json(run["provenance"])
         provenance["config"]["accelerator"] = run["accelerator"]
         sections.append(run_section(run["path"], offline, online, provenance, plots))
+        if run["search"]:
+            search = run["search"]
+            sections.append(
+                search_section(
+                    run["path"],
+                    pd.read_csv(search["csv"]),
+                    read_json(search["choice"]),
+                    os.path.relpath(search["chart"], here),
+                    nested=True,
+                )
+            )
         matched = published_rows(config, reference, run["path"])
         comparisons[run["path"]] = ratios(measured[run["path"]], matched)
     comparison_plots = []

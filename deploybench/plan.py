@@ -175,6 +175,8 @@ class ReportRun(TypedDict):
     provenance: str
     plots: list[str]
     accelerator: str
+    # the run's serving-configuration search (`search_targets`): csv, choice, chart; or None
+    search: dict[str, str] | None
 
 
 class ReportSpec(TypedDict):

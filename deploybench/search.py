@@ -421,9 +421,10 @@ def quick_walk(
     """Replay the greedy walk over ``results`` (measured candidates by name): from the baseline,
     along each axis in turn, move to the neighbour that beats the position (the better of two,
     by mean throughput) and keep going along that axis; the walk ends when a pass over every
-    axis moves nowhere, or when the next neighbours would exceed ``max_candidates``. It returns
-    the candidates to measure next where a result it needs is missing. The same results give
-    the same walk, so each step of the workflow's data-dependent DAG replays it from the start.
+    axis moves nowhere; at ``max_candidates`` it measures nothing more and moves over the
+    candidates it has, ending there with that reason. It returns the candidates to measure next
+    where a result it needs is missing. The same results give the same walk, so each step of
+    the workflow's data-dependent DAG replays it from the start.
     """
     have = tuple(results)
 
@@ -433,6 +434,7 @@ def quick_walk(
     if baseline.name not in results:
         return state([baseline], baseline, False, "measure the baseline")
     position = baseline
+    capped = False
     while True:
         moved = False
         for axis in settings.axes:
@@ -441,20 +443,21 @@ def quick_walk(
                 missing = [v for v in around if v.name not in results]
                 if missing:
                     room = settings.max_candidates - len(results)
-                    if room <= 0:
-                        return state(
-                            [],
-                            position,
-                            True,
-                            f"max_candidates ({settings.max_candidates}) reached",
-                        )
-                    return state(missing[:room], position, False, f"neighbours along {axis}")
+                    if room > 0:
+                        return state(missing[:room], position, False, f"neighbours along {axis}")
+                    # At the cap the walk still moves over what it measured, so that its
+                    # position is never a candidate that a measured neighbour beats.
+                    capped = True
+                    around = [v for v in around if v.name in results]
                 better = [v for v in around if beats(results[v.name], results[position.name])]
                 if not better:
                     break
                 position = max(better, key=lambda v: results[v.name].throughput.mean)
                 moved = True
         if not moved:
+            if capped:
+                reason = f"max_candidates ({settings.max_candidates}) reached"
+                return state([], position, True, reason)
             return state([], position, True, "no neighbour of the position beats it")
 
 

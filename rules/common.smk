@@ -413,6 +413,7 @@ def report_runs(wildcards):
                 "provenance": f"{base}/offline.provenance.json",
                 "plots": [in_run(p, plan) for p in plot_files("png")],
                 "accelerator": plan.accelerator,
+                "search": search_files(plan) if path in config["search_targets"] else None,
             }
         )
     return entries
@@ -424,6 +425,7 @@ def report_inputs(wildcards):
         "csv": [r[s] for r in runs for s in SCENARIOS],
         "provenance": [r["provenance"] for r in runs],
         "plots": [p for r in runs for p in r["plots"]],
+        "search": [f for r in runs if r["search"] for f in r["search"].values()],
     }
 
 
@@ -582,15 +584,18 @@ def search_plots_spec(wildcards):
     }
 
 
+def search_files(plan):
+    """A run's search results: its table, choice and chart (as the report reads them)."""
+    _search_plan(plan.model, plan.gpu, plan.format, plan.precision)  # checked: fails the DAG
+    return {
+        "csv": in_run(f"{RUN_DIR}/search.csv", plan),
+        "choice": in_run(f"{BEST_DIR}/choice.json", plan),
+        "chart": in_run(f"{PARETO_STEM}.png", plan),
+    }
+
+
 def search_results(paths):
     """What `snakemake search` builds for runs given as ``model/gpu/format/precision``."""
-    files = []
-    for path in paths:
-        plan = _run_plan(*run_fields(path))
-        _search_plan(*run_fields(path))  # checked now: a bad search fails the DAG
-        files += [
-            in_run(f"{RUN_DIR}/search.csv", plan),
-            in_run(f"{BEST_DIR}/choice.json", plan),
-            in_run(f"{PARETO_STEM}.svg", plan),
-        ]
-    return files
+    return [
+        f for path in paths for f in search_files(_run_plan(*run_fields(path))).values()
+    ]

@@ -1,4 +1,4 @@
-"""Rules `offline`, `online` and `search_online`: perf_analyzer over points (jobs.perf)."""
+"""Rules `offline` and `online`: perf_analyzer over the scenario's points (jobs.perf)."""
 
 from deploybench.jobs import run_rule
 

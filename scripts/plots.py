@@ -1,4 +1,4 @@
-"""Rules `plots` and `search_plots`: a run's charts, its search's (jobs.plots, search_plots)."""
+"""Rule `plots`: the charts of one run (jobs.plots)."""
 
 from deploybench.jobs import run_rule
 

@@ -1,4 +1,4 @@
-"""Rules `repository` and `search_repository`: a Triton model repository (jobs.repository)."""
+"""Rule `repository`: the Triton model repository (jobs.repository)."""
 
 from deploybench.jobs import run_rule
 
