@@ -24,7 +24,10 @@ from tests.conftest import REPO, base_config, planned_jobs, run_snakemake
 from tests.test_compare import write_run
 
 PUBLISHED = REPO / "config" / "reference" / "published.csv"
-MEASUREMENT_RULES = {"prepare_checkpoint", "export", "repository", "accuracy", "offline", "online"}
+MEASUREMENT_RULES = {
+    *("prepare_checkpoint", "export", "repository", "accuracy", "offline", "online"),
+    *("search_repository", "search_online"),
+}
 
 
 def test_published_reference_is_the_shared_copy():
@@ -184,6 +187,9 @@ def test_report_after_the_cpu_run_only_plots_and_writes(reported):
     assert "| Max batch size | 8 |" in page  # the smoke sizing's Triton settings
     assert "Inferences/Second" in page and "### Provenance" in page
     assert "<table>" in (work / "reports" / "cpu" / "tft.html").read_text()
+    # the smoke config's search_targets: TFT's search, its choice and chart, on TFT's page
+    assert "### Serving-configuration search" in page and "(baseline" in page
+    assert "](../../results/tft/cpu/onnx/fp32/search/pareto.png)" in page
     for png in (work / "results" / "tft" / "cpu" / "onnx" / "fp32" / "plots").glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
     svg = work / "reports" / "cpu" / "tft" / "comparison_offline.svg"
@@ -196,7 +202,7 @@ def test_a_plot_option_reruns_plots_and_reports_only(reported, tmp_path):
     overlay = tmp_path / "wider.yaml"
     overlay.write_text("report: {plots: {width: 640, height: 300}}\n")
     jobs = planned_jobs(run_snakemake(work, "-n", "report", "--configfile", str(overlay)))
-    assert set(jobs) == {"plots", "model_report", "report"}, jobs
+    assert set(jobs) == {"plots", "search_plots", "model_report", "report"}, jobs
 
 
 @pytest.mark.e2e

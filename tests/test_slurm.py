@@ -171,13 +171,17 @@ def test_profile_runs_jobs_in_containers_on_slurm():
     assert profile["resources"] == {"gpu": 1, "triton_server": 1}
     assert profile["retries"] >= 1
     grouped = dict(g.split("=") for g in profile["groups"])
-    assert grouped == {r: "run" for r in ("convert", "convert_directory", *dbplan.RUN_STEPS[1:])}
+    assert grouped == {
+        **{r: "run" for r in ("convert", "convert_directory", *dbplan.RUN_STEPS[1:])},
+        "search_repository": "candidate",
+        "search_online": "candidate",
+    }
 
 
-def group_members(output: str) -> list[list[str]]:
-    """The rules of each group job in a dry run's listing."""
+def group_members(output: str, group: str = "run") -> list[list[str]]:
+    """The rules of each group job ``group`` in a dry run's listing."""
     groups = []
-    for block in output.split("Group job run (jobs in lexicogr. order):")[1:]:
+    for block in output.split(f"Group job {group} (jobs in lexicogr. order):")[1:]:
         body = re.split(r"\n(?=\[)", block, maxsplit=1)[0]  # up to the next unindented job
         groups.append(re.findall(r"^\s+rule (\w+):", body, re.MULTILINE))
     return groups
@@ -206,6 +210,34 @@ def test_dry_run_of_preflight_shows_its_jobs_on_the_gpu_partition(tmp_path):
     plan = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
     assert jobs["online"][0]["runtime"] == str(plan.runtime["online"])
     assert jobs["export"][0]["runtime"] == str(dbplan.plan_model(config, "tft").runtime["export"])
+
+
+def test_a_gpu_grid_search_fans_out_one_gpu_job_per_candidate(tmp_path):
+    """`snakemake -n --profile profiles/slurm search` of a 3-candidate grid on A30: each
+    candidate's repository and measurement are one group job of their own, asking for the
+    run's GPU; the run's conversion is made once, in its own group job."""
+    config = base_config()
+    config["search_targets"] = ["tft/A30/trt/fp16"]
+    config["models"]["tft"]["search"] = {
+        "strategy": "grid",
+        "latency_budget_ms": 50,
+        "axes": {"model_instances": [1, 2, 4]},
+        "online": {"concurrency": [8, 64], "batch": 16},
+    }
+    write_config(tmp_path, config)
+    result = slurm_snakemake(tmp_path, "search", timeout_s=120, dry_run=True)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert group_members(out, "candidate") == [["search_online", "search_repository"]] * 3
+    assert group_members(out) == [["convert"]]
+    a30 = base_config()["gpus"]["A30"]["slurm"]
+    request = {"gpu": "1", "gpu_model": a30["gpu_model"], "slurm_partition": a30["partition"]}
+    measurements = job_resources(out)["search_online"]
+    assert len(measurements) == 3
+    for resources in measurements:
+        assert request.items() <= resources.items(), resources
+    for instances in (1, 2, 4):
+        assert f"results/tft/A30/trt/fp16/search/i{instances}-b1024-p512.1024-q1/online.csv" in out
 
 
 def test_preflight_alone_checks_the_configured_targets(tmp_path):
