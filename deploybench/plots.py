@@ -25,6 +25,7 @@ import pandas as pd
 from .columns import INTERVAL_COLUMNS, chart_labels
 from .errors import ConfigError, ResultsError
 from .io import atomic_path
+from .search import MEASURED
 
 CONFIG_FIELDS = ("gpu", "format", "precision")
 CONFIG = "configuration"
@@ -65,14 +66,7 @@ SEARCH_NEEDED = (
     "frontier",
 )
 SEARCH_OPTIONAL = ("batch", "throughput_ci95", "p99_latency_ms_ci95", "in_budget")
-SEARCH_NUMERIC = (
-    "batch",
-    "concurrency",
-    "throughput",
-    "throughput_ci95",
-    "p99_latency_ms",
-    "p99_latency_ms_ci95",
-)
+SEARCH_NUMERIC = tuple(c for c in MEASURED if c != "stable")
 SEARCH_FLAGS = ("baseline", "chosen", "frontier", "in_budget")
 # The outlined points' shapes, one legend entry each.
 MARKED = {"baseline": "square", "chosen": "diamond"}

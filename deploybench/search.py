@@ -476,6 +476,16 @@ def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[bool]:
 
 # ---------------------------------------------------------------------------- the tables
 
+# A point as both tables show it (the perf CSV's columns of the same names).
+MEASURED = [
+    "batch",
+    "concurrency",
+    "throughput",
+    "throughput_ci95",
+    "p99_latency_ms",
+    "p99_latency_ms_ci95",
+    "stable",
+]
 # search.csv: one row per candidate, its settings and its best point within the budget.
 SEARCH_COLUMNS = [
     "model",
@@ -489,33 +499,14 @@ SEARCH_COLUMNS = [
     "preferred_batch_sizes",
     *AXES[2:],
     "verdict",
-    "batch",
-    "concurrency",
-    "throughput",
-    "throughput_ci95",
-    "p99_latency_ms",
-    "p99_latency_ms_ci95",
-    "stable",
+    *MEASURED,
     "trials",
     # its throughput over the baseline's, with the ratio's 95 % half-width
     "gain",
     "gain_ci95",
 ]
 # search/points.csv: every measured point of every candidate (the Pareto chart's data).
-POINT_COLUMNS = [
-    "variant",
-    "baseline",
-    "chosen",
-    "batch",
-    "concurrency",
-    "throughput",
-    "throughput_ci95",
-    "p99_latency_ms",
-    "p99_latency_ms_ci95",
-    "stable",
-    "in_budget",
-    "frontier",
-]
+POINT_COLUMNS = ["variant", "baseline", "chosen", *MEASURED, "in_budget", "frontier"]
 
 
 def read_points(path: str | Path) -> list[dict[str, Any]]:
@@ -579,7 +570,7 @@ def point_rows(
             "variant": name,
             "baseline": name == baseline,
             "chosen": name == chosen,
-            **{k: r.get(k) for k in POINT_COLUMNS[3:-2]},
+            **{k: r.get(k) for k in MEASURED},
             "in_budget": budget_ms is None or float(r["p99_latency_ms"]) <= budget_ms,
         }
         for name, points in measured.items()
