@@ -508,7 +508,7 @@ def search_choice(
     if spec["baseline"] not in scored:
         raise ValueError(f"{run['path']}: the search measured no baseline {spec['baseline']}")
     pool = list(scored.values())
-    chosen = choose(pool, settings.latency_budget_ms, settings.min_throughput)
+    chosen = choose(pool, settings.latency_budget_ms, settings.min_throughput, spec["baseline"])
     baseline = scored[spec["baseline"]]
     write_csv(csv, candidate_rows(pool, chosen, baseline, run), SEARCH_COLUMNS)
     write_csv(

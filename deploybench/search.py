@@ -11,8 +11,9 @@ Each candidate is measured over one online sweep; its score is its best throughp
 points whose p99 latency (the trials' mean) is within the budget. A candidate *beats* another
 when it meets the constraints and the other does not, or when both do and its throughput is
 higher by more than the two 95 % intervals combined (:func:`deploybench.stats.change`). The
-choice is the simplest candidate that no other beats (:func:`choose`), so no candidate that
-meets the budget is significantly faster than the one chosen. ``grid`` measures every
+baseline stays unless a candidate beats it; then the choice is the simplest of the candidates
+that beat it and that no other beats (:func:`choose`): no candidate that meets the budget is
+significantly faster than the one chosen, and its gain over the baseline is significant. ``grid`` measures every
 combination; ``quick`` (:func:`quick_walk`) walks one axis at a time from the baseline to the
 neighbour that beats the current position, until a pass over every axis moves nowhere.
 """
@@ -44,7 +45,7 @@ _VARIANT = re.compile(
 
 # A candidate's verdict in search.csv.
 CHOSEN = "chosen"
-TIE = "tie"  # no other candidate beats it, but a simpler one was chosen
+TIE = "tie"  # no other candidate beats it, but another was chosen (simpler, or the baseline)
 SLOWER = "slower"  # another candidate meeting the constraints is significantly faster
 OVER_BUDGET = "over budget"  # no point within the latency budget
 BELOW_FLOOR = "below floor"  # its best throughput within the budget is under min_throughput
@@ -353,11 +354,20 @@ def undominated(candidates: Iterable[Candidate]) -> list[Candidate]:
 
 
 def choose(
-    candidates: Sequence[Candidate], budget_ms: float | None, min_throughput: float | None
+    candidates: Sequence[Candidate],
+    budget_ms: float | None,
+    min_throughput: float | None,
+    baseline: str | None = None,
 ) -> Candidate:
     """The simplest candidate that no other beats (:meth:`Variant.simplicity`, then the name).
+    With a ``baseline`` (its name), the baseline stays unless a candidate beats it: then the
+    simplest of the unbeaten candidates that beat it (one does whenever the baseline is beaten:
+    beating is transitive), so the gain reported over the baseline is always significant.
     None meeting the constraints fails, naming the closest."""
     best = undominated(candidates)
+    if best and baseline is not None:
+        base = next(c for c in candidates if c.name == baseline)
+        best = [c for c in best if beats(c, base)] or [base]
     if best:
         return min(best, key=lambda c: (c.variant.simplicity(), c.name))
     if min_throughput is not None and any(
