@@ -25,7 +25,7 @@ from tests.test_plots import (
 )
 
 RUN = "tft/cpu/onnx/fp32"
-BASELINE = "i1-b1-q0-t1"
+BASELINE = "i1-b1-p1-q0-t1"
 CHOSEN = "i2-b8-p4.8-q100-t1"
 OTHER = "i1-b8-p8-q1000-t2"
 BUDGET = 50.0
