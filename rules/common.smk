@@ -413,7 +413,9 @@ def report_runs(wildcards):
                 "provenance": f"{base}/offline.provenance.json",
                 "plots": [in_run(p, plan) for p in plot_files("png")],
                 "accelerator": plan.accelerator,
-                "search": search_files(plan) if path in config["search_targets"] else None,
+                "search": (
+                    search_files(plan) if path in config["search_targets"] else None
+                ),
             }
         )
     return entries
@@ -586,7 +588,8 @@ def search_plots_spec(wildcards):
 
 def search_files(plan):
     """A run's search results: its table, choice and chart (as the report reads them)."""
-    _search_plan(plan.model, plan.gpu, plan.format, plan.precision)  # checked: fails the DAG
+    # planned (and so checked) now: a bad search fails the DAG
+    _search_plan(plan.model, plan.gpu, plan.format, plan.precision)
     return {
         "csv": in_run(f"{RUN_DIR}/search.csv", plan),
         "choice": in_run(f"{BEST_DIR}/choice.json", plan),
