@@ -42,6 +42,15 @@ def smoke_config() -> dict[str, Any]:
     return deep_merge(base_config(), yaml.safe_load(SMOKE.read_text()))
 
 
+def orchestration_config() -> dict[str, Any]:
+    """``smoke_config()`` with TFT measured once a point, with no duration floor: for the tests
+    of where and how jobs run (containers, SLURM), which need a measurement, not its
+    statistics (the smoke run checks those)."""
+    config = smoke_config()
+    config["sizings"]["cpu"]["tft"]["perf"].update(trials=1, min_duration_ms=0)
+    return config
+
+
 def write_config(workdir: Path, config: dict[str, Any]) -> None:
     (workdir / "config").mkdir(exist_ok=True)
     (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

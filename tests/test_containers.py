@@ -22,9 +22,9 @@ from deploybench.models import load_family
 from tests.conftest import (
     REPO,
     base_config,
+    orchestration_config,
     planned_jobs,
     run_snakemake,
-    smoke_config,
     write_config,
 )
 
@@ -133,7 +133,7 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
     src = _source_tree(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
-    config = smoke_config()
+    config = orchestration_config()
     # a checkpoint outside the working directory: the jobs reading it need it bound
     checkpoint = tmp_path / "checkpoints" / "tft.pt"
     checkpoint.parent.mkdir()

@@ -30,8 +30,8 @@ from tests.conftest import (
     BIN,
     REPO,
     base_config,
+    orchestration_config,
     processes_mentioning,
-    smoke_config,
     validated,
     write_config,
 )
@@ -383,7 +383,7 @@ def slurm_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dic
       retried (`--retries 1`: the profile's 2, less one to keep the failing GPU jobs quick).
     The cpu and A30 gpus map to the test cluster's partition."""
     wd = tmp_path_factory.mktemp("slurm-run")
-    config = smoke_config()
+    config = orchestration_config()
     config["gpus"]["cpu"]["slurm"] = {"partition": cluster.partition}
     config["gpus"]["A30"]["slurm"] = {"partition": cluster.partition, "gpu_model": GPU_TYPE}
     write_config(wd, config)
@@ -458,7 +458,7 @@ def test_a_run_waits_in_the_queue_once(slurm_run):
     # scancel of the next test)
     assert not {f"rule_{r}" for r in ("repository", "accuracy", "offline", "online")} & set(kinds)
     assert kinds.count(MEASUREMENT_GROUP) == 2, kinds
-    plan = dbplan.plan_run(validated(smoke_config()), *RUN.split("/")[1:])
+    plan = dbplan.plan_run(validated(orchestration_config()), *RUN.split("/")[1:])
     minutes = sum(plan.runtime[s] for s in ("repository", "accuracy", "offline", "online"))
     job_id, _ = jobs_of(slurm_run, MEASUREMENT_GROUP)[-1]
     hours, mins, secs = map(int, scontrol_job(job_id)["TimeLimit"].split(":"))
