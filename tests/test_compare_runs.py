@@ -54,9 +54,9 @@ def test_a_run_slowed_on_purpose_is_a_significant_regression(smoke_run, tmp_path
     misconfiguration): offline batch 1, alone at concurrency 1, waits the whole delay."""
     slowed = copy_run(smoke_run, tmp_path)
     overlay = slowed / "slow.yaml"
-    overlay.write_text(
-        yaml.safe_dump({"sizings": {"cpu": {"tft": {"triton": {"max_queue_delay_us": 100_000}}}}})
-    )
+    # batch 1 only: the point the test reads (the delay costs every point a request's wait)
+    slow = {"triton": {"max_queue_delay_us": 100_000}, "perf": {"offline": {"batch_sizes": [1]}}}
+    overlay.write_text(yaml.safe_dump({"sizings": {"cpu": {"tft": slow}}}))
     result = run_snakemake(slowed, OFFLINE, "--configfile", str(overlay))
     assert result.returncode == 0, result.stderr[-3000:]
     outcome = compare(smoke_run / RUN, slowed / RUN)

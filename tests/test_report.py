@@ -141,7 +141,7 @@ def test_report_page_compares_its_runs_with_intervals(tmp_path):
         runs.append(
             {"path": name, "offline": str(directory / "offline.csv"),
              "online": str(directory / "online.csv"), "plots": [],
-             "provenance": str(provenance), "accelerator": None}
+             "provenance": str(provenance), "accelerator": None, "search": None}
         )  # fmt: skip
     stems = {s: str(tmp_path / "reports" / f"comparison_{s}") for s in ("offline", "online")}
     spec = {"model": "tft", "runs": runs, "stems": stems, "options": {"width": 300, "height": 200}}
