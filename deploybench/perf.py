@@ -93,6 +93,9 @@ class MeasureSettings:
     max_ci_pct: float = 5.0  # a stable point's throughput interval, at most, in % of its mean
     min_duration_ms: int = 0  # a trial's measured time, at least
     max_duration_ms: int | None = None  # a trial's measured time, at most (None: no cap)
+    # perf_analyzer's --max-trials: windows it measures before calling a point unstable
+    # (None: its default, 10); each window lasts a second at least
+    max_windows: int | None = None
 
     def requests_per_window(self, rate: float | None) -> tuple[int, bool]:
         """The request count per window for a point that completes ``rate`` requests a second
@@ -152,6 +155,7 @@ def perf_command(
     result_csv: Path,
     stability_percentage: str | None = None,
     output_bytes_per_sample: int = 0,
+    max_windows: int | None = None,
 ) -> list[str]:
     """The perf_analyzer command line for one point (DLE's flags).
 
@@ -178,6 +182,8 @@ def perf_command(
         cmd += ["--shared-memory", "system", "--output-shared-memory-size", str(size)]
     if stability_percentage is not None:
         cmd += ["--stability-percentage", stability_percentage]
+    if max_windows is not None:
+        cmd += ["--max-trials", str(max_windows)]
     return cmd
 
 
@@ -318,6 +324,7 @@ def measure_point(
                 result_csv=result_csv,
                 stability_percentage=stability,
                 output_bytes_per_sample=output_bytes_per_sample,
+                max_windows=settings.max_windows,
             )
             code, out = run_perf_analyzer(cmd, settings.timeout_s, log_file)
             if code != 0 and UNSTABLE_MARKER not in out:

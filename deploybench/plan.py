@@ -56,6 +56,7 @@ MEASURE_KEYS = (
     "max_ci_pct",
     "min_duration_ms",
     "max_duration_ms",
+    "max_windows",  # optional: absent leaves perf_analyzer's default (and existing specs) as is
 )
 # Which converter's settings (`models.<m>.convert.<name>`) size a backend's TensorRT accelerator.
 ACCELERATOR_SETTINGS = {"onnxruntime": "tensorrt", "tensorflow": "tf-trt"}
@@ -710,7 +711,7 @@ def measure_settings(run: Run) -> dict[str, Any]:
             f"{run.path}: perf.min_duration_ms ({perf['min_duration_ms']}) exceeds "
             f"perf.max_duration_ms ({perf['max_duration_ms']}); a trial cannot last both"
         )
-    return {key: perf[key] for key in MEASURE_KEYS}
+    return {key: perf[key] for key in MEASURE_KEYS if key in perf}
 
 
 def run_info(run: Run, how: ServingSpec) -> RunInfo:

@@ -80,7 +80,10 @@ def test_specs_carry_what_the_jobs_and_provenance_read():
     ]
     assert offline["measure"]["request_count"] == sizing["request_count"]
     # the measurement settings are exactly what perf measures a point with
-    assert set(offline["measure"]) == {f.name for f in dataclasses.fields(MeasureSettings)}
+    # (less the optional ones this config leaves unset)
+    assert set(offline["measure"]) == {f.name for f in dataclasses.fields(MeasureSettings)} - {
+        "max_windows"
+    }
     MeasureSettings(**offline["measure"])
     assert offline["run"] == online["run"] == plan.spec("accuracy")["run"]
     assert offline["run"]["backend"] == "python" and offline["run"]["runtime"] == "onnxruntime"
@@ -121,6 +124,12 @@ def test_gpu_run_plan_names_conversion_serving_and_its_gpu():
             {"sizings": {"cpu": {"tft": {"perf": {"request_count": 7}}}}},
             {"offline", "online"},
         ),
+        # an optional setting: absent, the specs are those of a config that predates it
+        (
+            CPU_RUN,
+            {"sizings": {"cpu": {"tft": {"perf": {"max_windows": 4}}}}},
+            {"offline", "online"},
+        ),
         (
             CPU_RUN,
             {"models": {"tft": {"accuracy": {"tolerance": {"target__0": {"atol": 1.0}}}}}},
@@ -156,6 +165,12 @@ def test_a_change_reaches_only_the_specs_of_the_steps_it_concerns(path, override
     before = step_specs(workflow_config(), path)
     after = step_specs(workflow_config(overrides), path)
     assert {rule for rule in before if before[rule] != after[rule]} == changed
+
+
+def test_an_unset_window_limit_leaves_the_measurement_spec_without_it():
+    measure = step_specs(workflow_config(), CPU_RUN)["offline"]["measure"]
+    assert "max_windows" not in measure
+    assert MeasureSettings(**measure).max_windows is None
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,12 @@ def test_perf_command_follows_the_scenarios(tmp_path, monkeypatch):
     )
     assert online[online.index("-i") + 1] == "http" and "--shared-memory" not in online
     assert online[online.index("--concurrency-range") + 1] == "24:24:1"
+    # perf_analyzer's own window limit only where the config sets one
+    assert "--max-trials" not in online
+    capped = perf.perf_command(
+        scenario=perf.SCENARIOS["online"], point=perf.Point(1, 2), max_windows=4, **common
+    )
+    assert capped[capped.index("--max-trials") + 1] == "4"
 
 
 STAND_IN = """#!/usr/bin/env bash
