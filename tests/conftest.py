@@ -43,11 +43,11 @@ def smoke_config() -> dict[str, Any]:
 
 
 def orchestration_config() -> dict[str, Any]:
-    """``smoke_config()`` with TFT measured once a point, with no duration floor and 3 windows
-    at most: for the tests of where and how jobs run (containers, SLURM), which need a
-    measurement, not its statistics (the smoke run checks those)."""
+    """``smoke_config()`` with TFT measured once a point, with no duration floor: for the tests
+    of where and how jobs run (containers, SLURM), which need a measurement, not its
+    statistics (the smoke run checks those)."""
     config = smoke_config()
-    config["sizings"]["cpu"]["tft"]["perf"].update(trials=1, min_duration_ms=0, max_windows=3)
+    config["sizings"]["cpu"]["tft"]["perf"].update(trials=1, min_duration_ms=0)
     return config
 
 

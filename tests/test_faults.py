@@ -166,13 +166,7 @@ def test_killed_snakemake_stops_its_job_and_a_restart_measures_alone(copy_of):
     assert run_snakemake(copy_of, "--unlock").returncode == 0
     once = copy_of / "once.yaml"  # measured once a point: the restart's statistics do not matter
     once.write_text(
-        yaml.safe_dump(
-            {
-                "sizings": {
-                    "cpu": {"tft": {"perf": {"trials": 1, "min_duration_ms": 0, "max_windows": 3}}}
-                }
-            }
-        )
+        yaml.safe_dump({"sizings": {"cpu": {"tft": {"perf": {"trials": 1, "min_duration_ms": 0}}}}})
     )
     result = run_snakemake(copy_of, f"{RUN}/offline.csv", "--configfile", str(once))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -68,7 +68,7 @@ def test_perf_csvs_have_published_columns_and_plausible_values(workdir):
 
 
 def test_points_are_measured_in_alternating_trials_with_intervals(workdir):
-    """The smoke TFT measures each point 3 times (each trial at least the 3 s floor): the CSV
+    """The smoke TFT measures each point 3 times (each trial at least the 2 s floor): the CSV
     holds the trials' mean and 95 % half-width, and `stable` follows the rule."""
     settings = TINY["sizings"]["cpu"]["tft"]["perf"]
     trials, floor_s = settings["trials"], settings["min_duration_ms"] / 1000
