@@ -42,12 +42,16 @@ def smoke_config() -> dict[str, Any]:
     return deep_merge(base_config(), yaml.safe_load(SMOKE.read_text()))
 
 
+# `perf` settings that measure once a point, with no duration floor: for the tests that need a
+# measurement, not its statistics (the smoke run checks those)
+ONCE_A_POINT = {"trials": 1, "min_duration_ms": 0}
+
+
 def orchestration_config() -> dict[str, Any]:
-    """``smoke_config()`` with TFT measured once a point, with no duration floor: for the tests
-    of where and how jobs run (containers, SLURM), which need a measurement, not its
-    statistics (the smoke run checks those)."""
+    """``smoke_config()`` with TFT measured ``ONCE_A_POINT``: for the tests of where and how
+    jobs run (containers, SLURM)."""
     config = smoke_config()
-    config["sizings"]["cpu"]["tft"]["perf"].update(trials=1, min_duration_ms=0)
+    config["sizings"]["cpu"]["tft"]["perf"].update(ONCE_A_POINT)
     return config
 
 

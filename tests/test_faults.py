@@ -26,7 +26,13 @@ import yaml
 
 from deploybench import perf
 from deploybench import server as srv
-from tests.conftest import planned_jobs, processes_mentioning, run_snakemake, snakemake_command
+from tests.conftest import (
+    ONCE_A_POINT,
+    planned_jobs,
+    processes_mentioning,
+    run_snakemake,
+    snakemake_command,
+)
 from tests.test_server import make_repository, wait_no_processes
 
 RUN = "results/tft/cpu/onnx/fp32"
@@ -164,10 +170,8 @@ def test_killed_snakemake_stops_its_job_and_a_restart_measures_alone(copy_of):
     job.assert_nothing_left()
     # What a user does next: unlock (Snakemake leaves its lock when killed) and run again.
     assert run_snakemake(copy_of, "--unlock").returncode == 0
-    once = copy_of / "once.yaml"  # measured once a point: the restart's statistics do not matter
-    once.write_text(
-        yaml.safe_dump({"sizings": {"cpu": {"tft": {"perf": {"trials": 1, "min_duration_ms": 0}}}}})
-    )
+    once = copy_of / "once.yaml"  # the restart's statistics do not matter
+    once.write_text(yaml.safe_dump({"sizings": {"cpu": {"tft": {"perf": ONCE_A_POINT}}}}))
     result = run_snakemake(copy_of, f"{RUN}/offline.csv", "--configfile", str(once))
     assert result.returncode == 0, result.stderr[-3000:]
     assert (copy_of / RUN / "offline.csv").exists()

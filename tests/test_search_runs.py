@@ -139,9 +139,10 @@ def test_a_quick_search_walks_from_the_baseline_reusing_the_grid(smoke_run, tmp_
     assert log.count("rule search_online:") == len(new)
     # the grid lacks the threads axis' value 2: the walk stepped along that axis from where it
     # stood, the baseline or a grid candidate that beat it (which one, the measurements say)
-    assert new and all(variant.endswith("-t2") for variant in new)
-    first = next(variant for variant in measured if variant not in GRID)
-    assert first.removesuffix("-t2") + "-t1" in measured[: measured.index(first)]
+    walked = [search.parse_variant(name, "cpu") for name in measured if name not in GRID]
+    assert walked and all(variant.intra_op_threads == 2 for variant in walked)
+    stepped_from = walked[0].with_value("intra_op_threads", 1).name
+    assert stepped_from in measured[: measured.index(walked[0].name)]
     table = check_choice(work, smoke_search()["latency_budget_ms"])
     assert set(table["variant"]) == set(measured)
     choice = json.loads((work / RUN / "best" / "choice.json").read_text())
