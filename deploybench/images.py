@@ -76,6 +76,16 @@ def source_tree() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def package_bind() -> str:
+    """The read-only bind that gives a job this deploybench package (found through
+    ``PYTHONPATH=<source tree>``). Only the package: run from the checkout, the source tree *is*
+    the working directory, which Snakemake mounts read-write as the job's home, and Apptainer
+    mounts user binds after the home directory, so a read-only bind of the whole tree would
+    hide it and every job would fail at its first write (issue 24, finding 3)."""
+    package = Path(__file__).resolve().parent
+    return f"{package}:{package}:ro"
+
+
 def job_options(apptainer_args: str, binds: list[str], env: dict[str, str]) -> str:
     """``apptainer_args`` plus a ``--bind`` per bind and an ``--env`` per variable, each added
     only once (jobs on a cluster re-read the workflow with the arguments passed on to them)."""

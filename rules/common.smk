@@ -27,14 +27,12 @@ USE_APPTAINER = (
     DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
 )
 if USE_APPTAINER:
-    # Snakemake mounts the working directory; a job also reads this deploybench (mounted
-    # read-only and put on the container's PYTHONPATH) and any data configured outside the
-    # working directory (checkpoints, task data sets).
-    SOURCE_TREE = str(images.source_tree())
+    # Snakemake mounts the working directory (as the job's home); a job also reads this
+    # deploybench package and any data configured outside the working directory.
     workflow.deployment_settings.apptainer_args = images.job_options(
         workflow.deployment_settings.apptainer_args,
-        [f"{SOURCE_TREE}:{SOURCE_TREE}:ro", *images.data_binds(config, os.getcwd())],
-        {"PYTHONPATH": SOURCE_TREE},
+        [images.package_bind(), *images.data_binds(config, os.getcwd())],
+        {"PYTHONPATH": str(images.source_tree())},
     )
 
 

@@ -9,7 +9,9 @@ the test asserts the exact `apptainer` command lines each job got.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from deploybench.config import ConfigError
 from deploybench.io import sha256_of
 from deploybench.models import load_family
 from tests.conftest import (
+    BIN,
     REPO,
     base_config,
     orchestration_config,
@@ -118,21 +121,90 @@ def _calls(log: Path) -> list[list[str]]:
     return [json.loads(line)["argv"] for line in log.read_text().splitlines()]
 
 
-def _source_tree(tmp_path: Path) -> Path:
-    """A copy of the workflow's source tree, so a test may edit a definition file."""
+def _source_tree(tmp_path: Path, *, with_package: bool = False) -> Path:
+    """A copy of the workflow's source tree, so a test may edit a definition file; with the
+    package, laid out as a user's checkout."""
     src = tmp_path / "src"
     src.mkdir()
-    for part in ("Snakefile", "rules", "scripts", "envs", "config"):
+    parts = ("Snakefile", "rules", "scripts", "envs", "config", "profiles")
+    for part in (*parts, "deploybench") if with_package else parts:
         copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
-        copy(REPO / part, src / part)
+        copy(REPO / part, src / part, **({"ignore": IGNORE} if copy is shutil.copytree else {}))
     return src
 
 
+IGNORE = shutil.ignore_patterns("__pycache__")
+
+
+def standin_cannot_isolate() -> str | None:
+    """Why the stand-in cannot make a container's mount namespace here (None: it can)."""
+    probe = subprocess.run(
+        ["unshare", "--mount", "true"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        return f"no mount namespace for the apptainer stand-in: {probe.stderr.strip()}"
+    return None
+
+
+def _standin(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": os.pathsep.join([str(STANDIN), str(BIN), os.environ["PATH"]])}
+    return subprocess.run(
+        ["apptainer", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_standin_mounts_as_apptainer_does(tmp_path):
+    """The stand-in's `exec` mounts in Apptainer's order and shows nothing else of the host, so
+    a mount mistake fails here as it would in a real container."""
+    if reason := standin_cannot_isolate():
+        pytest.skip(reason)
+    tree = tmp_path / "checkout"
+    (tree / "deploybench").mkdir(parents=True)
+    image = tmp_path / "x.sif"
+    image.write_text("stand-in image")
+    probe = (
+        'echo "home=$HOME path=$PATH pwd=$PWD"; touch results.csv; echo "write=$?"; '
+        'touch deploybench/x.py; echo "package_write=$?"; '
+        f'test -e {REPO / "README.md"}; echo "host_file=$?"; exit 3'
+    )
+    # Snakemake's command from a checkout: --home <cwd>, then this project's binds
+    whole_tree = _standin(
+        tree, "exec", "--home", str(tree), "--bind", f"{tree}:{tree}:ro", str(image),
+        "bash", "-c", probe,
+    )  # fmt: skip
+    assert whole_tree.returncode == 3, whole_tree.stderr  # the command's own exit status
+    assert "write=1" in whole_tree.stdout  # a read-only bind over the home hides it
+    assert "Read-only file system" in whole_tree.stderr
+    package = tree / "deploybench"
+    package_only = _standin(
+        tree, "exec", "--home", str(tree), "--bind", f"{package}:{package}:ro", str(image),
+        "bash", "-c", probe,
+    )  # fmt: skip
+    out = package_only.stdout
+    assert "write=0" in out and "package_write=1" in out, out + package_only.stderr
+    assert "host_file=1" in out  # what is not bound is not there
+    assert f"home={tree} " in out and f"pwd={tree}" in out
+    # the image's PATH, not the host's: the stand-in's image is this venv
+    assert f"path={BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in out
+    assert (tree / "results.csv").exists() and not (package / "x.py").exists()
+    missing = _standin(tree, "exec", "--home", str(tree), str(tmp_path / "no.sif"), "true")
+    assert missing.returncode == 255 and "could not open image" in missing.stderr
+
+
 @pytest.mark.e2e
-def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_path):
-    src = _source_tree(tmp_path)
-    work = tmp_path / "work"
-    work.mkdir()
+@pytest.mark.parametrize("layout", ["workdir", "checkout"])
+def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_path, layout):
+    """The CPU chain with every job in its (stand-in) container: from a working directory of
+    its own, and from a checkout, where the working directory is the source tree and the
+    package bound read-only lies inside the job's read-write home."""
+    if reason := standin_cannot_isolate():
+        pytest.skip(reason)
+    src = _source_tree(tmp_path, with_package=layout == "checkout")
+    if layout == "checkout":
+        work, package_root = src, src
+    else:
+        work, package_root = tmp_path / "work", REPO
+        work.mkdir()
     config = orchestration_config()
     # a checkpoint outside the working directory: the jobs reading it need it bound
     checkpoint = tmp_path / "checkpoints" / "tft.pt"
@@ -141,7 +213,7 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
     write_seeded_checkpoint(load_family(tft["module"], tft["hparams"]), 7, checkpoint)
     tft["checkpoint"] = str(checkpoint)
     write_config(work, config)
-    log = work / "apptainer-calls.jsonl"
+    log = tmp_path / "apptainer-calls.jsonl"
     targets = [f"{RUN}/{name}" for name in ("accuracy.csv", "offline.csv", "online.csv")]
 
     def snakemake(*args: str):
@@ -152,7 +224,8 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
             "--apptainer-args=--nv",
             *args,
             snakefile=src / "Snakefile",
-            env={"APPTAINER_STANDIN_LOG": str(log)},
+            # the checkout's own deploybench, as a user's `snakemake` in their checkout has it
+            env={"APPTAINER_STANDIN_LOG": str(log), "PYTHONPATH": str(package_root)},
             path_first=(STANDIN,),
         )  # fmt: skip
 
@@ -184,9 +257,11 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
         binds = [options[i + 1] for i, o in enumerate(options) if o == "--bind"]
         assert f"{checkpoint.parent}:{checkpoint.parent}:ro" not in binds  # a file, not its dir
         assert f"{checkpoint}:{checkpoint}:ro" in binds
-        # the workflow's sources, so that the job imports this deploybench
-        assert f"{REPO}:{REPO}:ro" in binds
-        assert options[options.index("--env") + 1] == f"PYTHONPATH={REPO}"
+        # the package only, so that the job imports this deploybench and can write its home
+        package = package_root / "deploybench"
+        assert f"{package}:{package}:ro" in binds
+        assert str(package_root) not in [(b.split(":") * 2)[1] for b in binds]  # not the tree
+        assert options[options.index("--env") + 1] == f"PYTHONPATH={package_root}"
         assert call[-3:-1] == ["bash", "-c"]
     assert sorted(scripts) == sorted(
         ["checkpoint.py", "export.py", "repository.py", "accuracy.py", "perf.py", "perf.py"]
@@ -213,6 +288,8 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
 
     # up to date; then a changed Triton definition rebuilds that image and reruns only the
     # jobs that ran in it
+    if layout == "checkout":
+        return
     assert planned_jobs(snakemake("-n")) == {}
     definition = src / "envs" / "triton.def"
     definition.write_text(definition.read_text() + "\n# changed\n")
