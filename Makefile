@@ -28,8 +28,8 @@ test: setup lint
 lint: setup
 	$(VENV)/bin/snakemake --lint
 	$(VENV)/bin/snakefmt --check Snakefile rules
-	$(VENV)/bin/ruff check deploybench scripts tests benchmarks
-	$(VENV)/bin/ruff format --check deploybench scripts tests benchmarks
+	$(VENV)/bin/ruff check deploybench scripts tests benchmarks envs
+	$(VENV)/bin/ruff format --check deploybench scripts tests benchmarks envs
 	$(VENV)/bin/mypy deploybench
 
 clean:

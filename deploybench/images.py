@@ -23,8 +23,10 @@ from .config import ConfigError
 from .io import atomic_path, sha256_of, write_json
 
 IMAGE_DIR = "images"
+# What installs a lock in an image (its own pip, inside the build), in the source tree.
+INSTALLER = "envs/install_lock.py"
 # Build arguments a definition reads ({{ NAME }}), from the image's config keys.
-BUILD_ARGS = {"from": "FROM", "sdk": "SDK", "lock": "LOCK"}
+BUILD_ARGS = {"from": "FROM", "sdk": "SDK", "lock": "LOCK", "installer": "INSTALLER"}
 
 
 def check_images(config: dict[str, Any]) -> None:
@@ -45,12 +47,15 @@ def is_built(image: dict[str, Any]) -> bool:
 
 
 def in_source_tree(image: dict[str, Any], basedir: str | Path) -> dict[str, Any]:
-    """``image`` with its definition, requirements and lock files resolved in the workflow's
-    tree (``source_tree``: that tree, where the lock's inputs are read)."""
+    """``image`` with its definition, requirements and lock files and the lock's installer
+    resolved in the workflow's tree (``source_tree``: that tree, where the lock's inputs are
+    read)."""
     resolved = dict(image)
     for key in ("definition", "requirements", "lock"):
         if key in image:
             resolved[key] = str(Path(basedir) / image[key])
+    if is_built(image):
+        resolved["installer"] = str(Path(basedir) / INSTALLER)
     resolved["source_tree"] = str(basedir)
     return resolved
 
@@ -169,6 +174,7 @@ def build(
             "definition": definition,
             "definition_sha256": sha256_of(definition),
             "requirements_sha256": sha256_of(image["requirements"]),
+            "installer_sha256": sha256_of(image["installer"]),
             "lock": spec.lock,
             "lock_sha256": lock_sha256,
             "build_args": args,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .errors import ConfigError, PreflightError, ServerError, ToolNotFound
+from .images import running_image
 from .process import die_with_parent
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKS = (
+    "image",
     "gpu_visible",
     "framework_cuda",
     "driver",
@@ -856,6 +858,20 @@ IMPORTS_PROBE = textwrap.dedent(
 )
 
 
+def check_image(spec: PreflightSpec) -> Check:
+    """Which image the job runs in, and its digest: the workflow's build (with its record) or a
+    prebuilt one (``images.<image>.image``), named the same way as in every result's
+    provenance."""
+    name = "image"
+    info = running_image()
+    if info["image"] is None:
+        return Check(name, SKIP, "not in a container (native venv)", facts=info)
+    origin = "built by rule container_image" if "record" in info else "prebuilt, used as is"
+    digest = info.get("sha256")
+    where = f"sha256 {digest}" if digest else "no digest (not a file)"
+    return Check(name, PASS, f"{info['image']} ({origin}), {where}", facts=info)
+
+
 def check_deploybench_imports(spec: PreflightSpec) -> Check:
     name = "deploybench_imports"
     modules = ["deploybench", "deploybench.jobs", *ROLE_MODULES[spec["role"]]]
@@ -925,6 +941,7 @@ def run_checks(spec: PreflightSpec) -> list[Check]:
         why_not = applies(spec, name)
         done[name] = Check(name, SKIP, why_not) if why_not else _guarded(name, check)
 
+    add("image", lambda: check_image(spec))
     add("gpu_visible", lambda: check_gpu_visible(spec, probe))
     add("framework_cuda", lambda: check_framework_cuda(spec, probe))
     add("driver", lambda: check_driver(spec, probe))

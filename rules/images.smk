@@ -1,6 +1,7 @@
 # Apptainer images built from envs/*.def over pinned NGC bases. Built where Snakemake runs (a
 # login node can pull from NGC; compute nodes often cannot), rebuilt only when the definition,
-# the lock of what it installs (envs/containers/<image>.lock) or the pinned bases change. The
+# the lock of what it installs (envs/containers/<image>.lock), its installer
+# (envs/install_lock.py) or the pinned bases change. The
 # requirements are an input too: a lock not regenerated after they changed fails the build. It
 # runs `apptainer` itself, so it has no container of its own.
 
@@ -14,6 +15,7 @@ rule container_image:
         definition=lambda w: image_build(w)["definition"],
         requirements=lambda w: image_build(w)["requirements"],
         lock=lambda w: image_build(w)["lock"],
+        installer=lambda w: image_build(w)["installer"],
     output:
         image=images.sif_path("{image}"),
         record=images.record_path("{image}"),

@@ -305,3 +305,20 @@ def test_native_runs_need_no_image(tmp_path):
     write_config(tmp_path, base_config())
     jobs = planned_jobs(run_snakemake(tmp_path, "-n", "results/tft/cpu/onnx/fp32/online.csv"))
     assert "container_image" not in jobs and jobs["online"] == 1
+
+
+def test_a_prebuilt_image_is_pulled_not_built_and_preflighted_the_same_way(tmp_path):
+    """`images.<image>.image` (a site's own image) instead of a build: Snakemake pulls it, and
+    the preflight checks it in the same jobs as a built one."""
+    config = base_config()
+    release = config["images"]["triton-25.01"]["release"]
+    site_image = "docker://registry.example.org/site/tritonserver-deploybench:25.01"
+    config["images"]["triton-25.01"] = {"image": site_image, "release": release}
+    write_config(tmp_path, config)
+    result = run_snakemake(tmp_path, "preflight", "-n", "--sdm", "apptainer", path_first=(STANDIN,))
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert f"Singularity image {site_image} will be pulled" in out
+    # only the framework image is built; both images get their preflight job
+    assert planned_jobs(result) == {"container_image": 1, "preflight_check": 2, "preflight": 1}
+    assert "wildcards: image=pytorch-25.01" in out and "gpu=cpu, image=triton-25.01" in out

@@ -14,6 +14,7 @@ import pytest
 
 from deploybench import jobs, preflight
 from deploybench.errors import ConfigError, PreflightError
+from deploybench.io import sha256_of
 from deploybench.plan import plan_preflight
 from tests.conftest import base_config, processes_mentioning, validated
 
@@ -88,6 +89,7 @@ def test_cpu_triton_image_passes_every_check_that_applies(cpu_run):
     assert report == cpu_run["kept"]
     assert report["ok"] is True
     assert status_of(report) == {
+        "image": "skip",  # a native venv
         "gpu_visible": "skip",
         "framework_cuda": "skip",
         "driver": "skip",
@@ -294,3 +296,23 @@ def test_every_check_reports_and_none_stops_the_others(monkeypatch):
     for name in ("tritonserver", "perf_analyzer", "backends"):
         assert checks[name].status == "fail" and "boom" in checks[name].detail
     assert checks["tritonserver_gpu"].status == "skip"
+
+
+def test_image_check_names_a_built_or_a_prebuilt_image_with_its_digest(tmp_path, monkeypatch):
+    spec = spec_of("A30", "triton-25.01")
+    built = tmp_path / "images" / "triton-25.01.sif"
+    built.parent.mkdir()
+    built.write_bytes(b"built")
+    (built.with_suffix(".json")).write_text(json.dumps({"sha256": "ab" * 32}))
+    monkeypatch.setenv("APPTAINER_CONTAINER", str(built))
+    check = preflight.check_image(spec)
+    assert check.status == "pass" and "built by rule container_image" in check.detail
+    assert "ab" * 32 in check.detail
+    # a site's own image (images.<image>.image): hashed where it runs
+    prebuilt = tmp_path / "site" / "triton.sif"
+    prebuilt.parent.mkdir()
+    prebuilt.write_bytes(b"site image")
+    monkeypatch.setenv("APPTAINER_CONTAINER", str(prebuilt))
+    check = preflight.check_image(spec)
+    assert check.status == "pass" and "prebuilt, used as is" in check.detail
+    assert sha256_of(prebuilt) in check.detail

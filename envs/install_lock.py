@@ -1,0 +1,107 @@
+"""Install an image's hash-pinned lock with the image's own pip (run by envs/*.def's %post).
+
+    python3 install_lock.py LOCK [--source NAME,NAME]
+
+Standard library only: it runs in the NGC base before anything of deploybench is there.
+
+Every file of the lock is installed with ``--no-deps --require-hashes`` (the lock is complete for
+what it installs and must not touch the base's own builds), wheels only but for the ``--source``
+distributions, built from their hash-pinned sdists.
+
+One trap of the NGC bases: a Python package installed by apt (or distutils) has no ``RECORD``
+file, and an upstream pip cannot uninstall it ("Cannot uninstall wheel 0.42.0 … no RECORD file
+was found … The package was installed by debian", reported on ``nvcr.io/nvidia/pytorch:26.02``;
+Debian's patched pip leaves ``/usr/lib/python3/dist-packages`` alone instead). So the lock's
+entries that the image holds without a ``RECORD`` are installed with ``--ignore-installed``: the
+new version lands in pip's own site directory, which comes first on ``sys.path``, and the
+apt-installed one stays where it is, shadowed, as Debian's pip would leave it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+
+# A lock entry starts with `name==version` at the start of a line; its hashes follow indented.
+ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==\S+")
+PIP = [
+    sys.executable, "-m", "pip", "install", "--no-cache-dir", "--break-system-packages",
+    "--no-deps", "--require-hashes", "--only-binary", ":all:",
+]  # fmt: skip
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def entries(lock_text: str) -> dict[str, str]:
+    """Canonical name → the entry's text (its requirement line and hash lines), in lock order."""
+    found: dict[str, str] = {}
+    name = None
+    for line in lock_text.splitlines():
+        match = ENTRY.match(line)
+        if match:
+            name = canonical(match.group(1))
+            found[name] = line + "\n"
+        elif name and line.startswith((" ", "\t")) and not line.strip().startswith("#"):
+            found[name] += line + "\n"
+        else:
+            name = None
+    return found
+
+
+def without_record(names: Iterable[str], path: list[str] | None = None) -> list[str]:
+    """Those of ``names`` installed (on ``path``, default ``sys.path``) without a RECORD file:
+    installed by apt or distutils, which no upstream pip can uninstall."""
+    wanted = set(names)
+    foreign = set()
+    for dist in metadata.distributions(path=path or sys.path):
+        name = canonical(dist.metadata["Name"] or "")
+        if name in wanted and dist.read_text("RECORD") is None:
+            foreign.add(name)
+    return sorted(foreign)
+
+
+def pip_commands(lock: Path, source: list[str], workdir: Path) -> list[list[str]]:
+    """The pip installs for ``lock``: the entries pip can replace, then (``--ignore-installed``)
+    those it cannot uninstall."""
+    lock_entries = entries(lock.read_text())
+    foreign = without_record(lock_entries)
+    no_binary = ["--no-binary", ",".join(source)] if source else []
+    commands = []
+    for part, extra in (
+        ([n for n in lock_entries if n not in foreign], []),
+        (foreign, ["--ignore-installed"]),
+    ):
+        if not part:
+            continue
+        requirements = workdir / f"lock-{len(commands)}.txt"
+        requirements.write_text("".join(lock_entries[n] for n in part))
+        commands.append([*PIP, *extra, *no_binary, "-r", str(requirements)])
+    return commands
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lock", type=Path)
+    parser.add_argument("--source", default="", help="distributions built from their sdist")
+    args = parser.parse_args(argv)
+    source = [s for s in args.source.split(",") if s]
+    with tempfile.TemporaryDirectory() as tmp:
+        for command in pip_commands(args.lock, source, Path(tmp)):
+            if "--ignore-installed" in command:
+                names = entries(Path(command[-1]).read_text())
+                print(f"install_lock: installed without RECORD, kept beside: {', '.join(names)}")
+            print("install_lock: $", " ".join(command), flush=True)
+            subprocess.run(command, check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
