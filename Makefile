@@ -19,9 +19,10 @@ demo: setup
 locks: setup
 	$(VENV)/bin/python -m deploybench.locks
 
-# envs/slurm.sh: Debian's SLURM and munge for the tests' one-node cluster (tests/test_slurm.py)
+# envs/test-packages.sh: Debian packages for the tests (SLURM and munge for tests/test_slurm.py,
+# debootstrap for tests/test_image_rehearsal.py)
 test: setup lint
-	bash envs/slurm.sh
+	bash envs/test-packages.sh
 	$(VENV)/bin/pytest -ra --durations=25
 
 # Style and types; any finding fails (and so fails `make test` and CI before the tests run).

@@ -1,7 +1,7 @@
 """A real one-node SLURM cluster on this machine, for the SLURM tests.
 
 Debian's slurmctld/slurmd/munge over loopback, as root (recipe and pitfalls:
-../shared/notes/slurm.md). Installs nothing: ``envs/slurm.sh`` (run by ``make test``) installs
+../shared/notes/slurm.md). Installs nothing: ``envs/test-packages.sh`` (run by ``make test``) installs
 the packages. :func:`slurm_cluster` writes ``/etc/slurm/slurm.conf`` and ``gres.conf`` (the
 plugin's in-job step drops ``SLURM_CONF``, so the config must be at the standard path), backs up
 and restores any that were there, runs the daemons in the foreground as its own children (so
@@ -47,7 +47,7 @@ def unavailable_reason() -> str | None:
         return "the test SLURM cluster needs root (it writes /etc/slurm and starts daemons)"
     missing = [b for b in BINARIES if not os.access(b, os.X_OK)]
     if missing:
-        return f"SLURM/munge packages not installed (run envs/slurm.sh): missing {missing}"
+        return f"SLURM/munge packages not installed (run envs/test-packages.sh): missing {missing}"
     return None
 
 
