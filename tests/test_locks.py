@@ -187,7 +187,10 @@ def test_build_args_carry_the_lock_what_the_base_ships_and_source_builds():
     ]
     for definition in ("framework.def", "triton.def"):
         text = (REPO / "envs" / definition).read_text()
-        assert "{{ LOCK }}" in text and "--require-hashes" in text and "--no-deps" in text
+        assert "{{ LOCK }}" in text and "{{ INSTALLER }}" in text
+        assert "python3 /opt/deploybench/install_lock.py /opt/deploybench/requirements.lock" in text
+    installer = (REPO / images.INSTALLER).read_text()
+    assert '"--require-hashes"' in installer and '"--no-deps"' in installer
 
 
 def _pypi_reachable() -> bool:
