@@ -301,7 +301,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     reason = unavailable_reason()
     if reason:
         if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the SLURM tests (make test runs envs/test-packages.sh): {reason}")
+            pytest.fail(
+                f"CI must run the SLURM tests (make test runs envs/test-packages.sh): {reason}"
+            )
         pytest.skip(reason)
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as c:
         yield c
