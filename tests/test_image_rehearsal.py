@@ -30,6 +30,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "rehearsal"
 def can_rehearse() -> None:
     reason = rehearsal.skip_reason()
     if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must rehearse the image definitions: {reason}")
         pytest.skip(reason)
 
 
