@@ -330,6 +330,13 @@ def _job_of(proc: psutil.Process) -> str:
         return ""
 
 
+def _cwd_in_its_root(proc: psutil.Process) -> Path:
+    """A process's working directory as it sees it: in a container (the stand-in's, as a real
+    Apptainer's) the host reads it under the container's root."""
+    cwd, root = Path(proc.cwd()), Path(os.readlink(f"/proc/{proc.pid}/root"))
+    return Path("/", cwd.relative_to(root)) if cwd.is_relative_to(root) else cwd
+
+
 def _perf_analyzer_in(wd: Path) -> psutil.Process | None:
     """A perf_analyzer measuring the run's model in ``wd`` (it runs in the working directory;
     the preflight's measures a model of its own)."""
@@ -337,11 +344,11 @@ def _perf_analyzer_in(wd: Path) -> psutil.Process | None:
         try:
             if (
                 proc.info["name"] == "perf_analyzer"
-                and Path(proc.cwd()).is_relative_to(wd)
+                and _cwd_in_its_root(proc).is_relative_to(wd)
                 and "tft" in proc.info["cmdline"]
             ):
                 return proc
-        except psutil.Error:
+        except (psutil.Error, OSError):
             continue
     return None
 
