@@ -149,6 +149,11 @@ def standin_cannot_isolate() -> str | None:
     return None
 
 
+# On the host, but neither in the stand-in's image nor among Apptainer's default mounts (the
+# checkout itself may lie under /tmp, which is one).
+HOST_ONLY = Path("/var/lib")
+
+
 def _standin(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": os.pathsep.join([str(STANDIN), str(BIN), os.environ["PATH"]])}
     return subprocess.run(
@@ -161,6 +166,7 @@ def test_standin_mounts_as_apptainer_does(tmp_path):
     a mount mistake fails here as it would in a real container."""
     if reason := standin_cannot_isolate():
         pytest.skip(reason)
+    assert HOST_ONLY.exists()
     tree = tmp_path / "checkout"
     (tree / "deploybench").mkdir(parents=True)
     image = tmp_path / "x.sif"
@@ -168,7 +174,7 @@ def test_standin_mounts_as_apptainer_does(tmp_path):
     probe = (
         'echo "home=$HOME path=$PATH pwd=$PWD"; touch results.csv; echo "write=$?"; '
         'touch deploybench/x.py; echo "package_write=$?"; '
-        f'test -e {REPO / "README.md"}; echo "host_file=$?"; exit 3'
+        f'test -e {HOST_ONLY}; echo "host_file=$?"; exit 3'
     )
     # Snakemake's command from a checkout: --home <cwd>, then this project's binds
     whole_tree = _standin(
