@@ -30,12 +30,14 @@ Run as ``python -m tests.image_rehearsal <image> [--source DIR]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -697,15 +699,22 @@ class Root:
         cmd += layers if self.overlay else ["", "", ""]
         cmd += [str(stage or ""), str(self.apt_cache), "/usr/bin/env", "-i", *env, *argv]
         with log.open("ab") as out:
+            # A session of its own, killed whole on any way out (a timeout, Ctrl-C, an error):
+            # unshare's --kill-child then ends everything in the step's PID namespace.
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
             try:
-                done = subprocess.run(
-                    cmd, check=False, stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, timeout=timeout,
-                )  # fmt: skip
+                return proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 out.write(f"\n[rehearsal] timed out after {timeout} s\n".encode())
                 return 124
-        return done.returncode
+            finally:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
 
 
 @contextmanager

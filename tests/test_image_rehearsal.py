@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import image_rehearsal as rehearsal
-from tests.conftest import REPO
+from tests.conftest import REPO, processes_mentioning
 
 pytestmark = pytest.mark.rehearsal
 
@@ -141,9 +141,13 @@ def test_interrupted_rehearsal_cleans_up(can_rehearse: None, tmp_path: Path) -> 
             assert time.monotonic() < deadline, "%post did not start"
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=120)
     finally:
         proc.kill()
+        leftovers = processes_mentioning(str(tmp))
+        for leftover in leftovers:  # a failed test leaves nothing running either
+            leftover.kill()
+    assert not leftovers, [p.info["cmdline"] for p in leftovers]
     assert "KeyboardInterrupt" in stderr
     assert_cleaned_up(tmp)
     sleeping = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, check=False)
