@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,12 @@ from tests.dle_fixtures import tft_reference_checkpoint, write_tft_train_checkpo
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+# A shell that starts the suite in the background (`make test &`) leaves SIGINT ignored, and
+# every child inherits that: the tests that stop jobs with Ctrl-C would see it go nowhere. A
+# handled signal is reset to its default in the children (exec), so handle it here.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 SMOKE = REPO / "config" / "smoke.yaml"
