@@ -68,9 +68,9 @@ def without_record(names: Iterable[str], path: list[str] | None = None) -> list[
     return sorted(foreign)
 
 
-def pip_commands(lock: Path, source: list[str], workdir: Path) -> list[list[str]]:
-    """The pip installs for ``lock``: the entries pip can replace, then (``--ignore-installed``)
-    those it cannot uninstall."""
+def pip_commands(lock: Path, source: list[str], workdir: Path) -> list[tuple[list[str], list[str]]]:
+    """The pip installs for ``lock``, each with the names it installs: the entries pip can
+    replace, then (``--ignore-installed``) those it cannot uninstall."""
     lock_entries = entries(lock.read_text())
     foreign = without_record(lock_entries)
     no_binary = ["--no-binary", ",".join(source)] if source else []
@@ -83,7 +83,7 @@ def pip_commands(lock: Path, source: list[str], workdir: Path) -> list[list[str]
             continue
         requirements = workdir / f"lock-{len(commands)}.txt"
         requirements.write_text("".join(lock_entries[n] for n in part))
-        commands.append([*PIP, *extra, *no_binary, "-r", str(requirements)])
+        commands.append((part, [*PIP, *extra, *no_binary, "-r", str(requirements)]))
     return commands
 
 
@@ -94,9 +94,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     source = [s for s in args.source.split(",") if s]
     with tempfile.TemporaryDirectory() as tmp:
-        for command in pip_commands(args.lock, source, Path(tmp)):
+        for names, command in pip_commands(args.lock, source, Path(tmp)):
             if "--ignore-installed" in command:
-                names = entries(Path(command[-1]).read_text())
                 print(f"install_lock: installed without RECORD, kept beside: {', '.join(names)}")
             print("install_lock: $", " ".join(command), flush=True)
             subprocess.run(command, check=True)

@@ -852,7 +852,9 @@ def load_config(source_dir: Path) -> dict[str, Any]:
 
 def built_images(source_dir: Path) -> list[str]:
     """The images the workflow builds from a definition."""
-    return [n for n, i in load_config(source_dir).get("images", {}).items() if "definition" in i]
+    from deploybench import locks  # the installed package, as image_plan's images
+
+    return list(locks.built_images(load_config(source_dir)))
 
 
 def image_plan(name: str, source_dir: Path, log_dir: Path) -> tuple[Plan, list[Skipped]]:
@@ -896,8 +898,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mirror", default=MIRROR)
     parser.add_argument("--log-dir", type=Path, default=None)
     args = parser.parse_args(argv)
-    if args.image not in built_images(args.source):
-        parser.error(f"no built image {args.image!r}: {', '.join(built_images(args.source))}")
+    built = built_images(args.source)
+    if args.image not in built:
+        parser.error(f"no built image {args.image!r}: {', '.join(built)}")
     reason = skip_reason(args.mirror)
     if reason:
         print(f"cannot rehearse here: {reason}", file=sys.stderr)

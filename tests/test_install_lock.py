@@ -51,7 +51,8 @@ def test_packages_installed_without_record_are_installed_beside(tmp_path, monkey
     monkeypatch.setattr(install_lock, "without_record", lambda names, path=None: ["pyyaml"])
     work = tmp_path / "work"
     work.mkdir()
-    first, second = install_lock.pip_commands(lock, ["six"], work)
+    (first_names, first), (second_names, second) = install_lock.pip_commands(lock, ["six"], work)
+    assert (first_names, second_names) == (["six"], ["pyyaml"])
     assert "--ignore-installed" not in first and first[-1].endswith("lock-0.txt")
     assert Path(first[-1]).read_text() == "six==1.17.0 \\\n    --hash=sha256:bb\n"
     assert "--ignore-installed" in second
