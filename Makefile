@@ -3,13 +3,20 @@
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean locks
+.PHONY: setup driver demo test lint bench clean locks
 
 setup: $(STAMP)
 
 $(STAMP): envs/setup.sh envs/requirements.txt envs/constraints.txt envs/dev.txt pyproject.toml
 	VENV=$(VENV) bash envs/setup.sh
 	touch $@
+
+# `make driver`: a login node's venv ($(DRIVER_VENV)) that only plans and submits with
+# profiles/slurm: Snakemake, its SLURM executor and this package; pip only (no apt, sudo, torch,
+# TensorFlow or pytriton), any Linux with Python >= 3.11 (PYTHON=...; see envs/driver.sh).
+DRIVER_VENV ?= .venv-driver
+driver:
+	VENV=$(DRIVER_VENV) bash envs/driver.sh
 
 demo: setup
 	$(VENV)/bin/snakemake --profile profiles/local

@@ -304,6 +304,30 @@ def perf(
     write_json(provenance, sidecar.collect(csv, config, tritonserver=server_info))
 
 
+def merge_parts(
+    spec: dict[str, str],
+    *,
+    part_csvs: list[str],
+    part_trials: list[str],
+    part_provenances: list[str],
+    csv: str,
+    trials: str,
+    provenance: str,
+) -> None:
+    """A scenario measured in parts: its CSVs and provenance from the parts' (in order)."""
+    from .parts import merge
+
+    merge(
+        part_csvs=part_csvs,
+        part_trials=part_trials,
+        part_provenances=part_provenances,
+        csv=csv,
+        trials=trials,
+        provenance=provenance,
+    )
+    log.info("%s %s: merged %d parts", spec["run"], spec["scenario"], len(part_csvs))
+
+
 def plots(
     spec: PlotsSpec, *, offline: str, online: str, published: str, config: dict[str, Any]
 ) -> None:
@@ -556,6 +580,9 @@ JOBS: dict[str, Callable[..., None]] = {
     "accuracy": accuracy,
     "offline": perf,
     "online": perf,
+    "offline_part": perf,
+    "online_part": perf,
+    "merge_parts": merge_parts,
     "search_repository": repository,
     "search_online": perf,
     "search_settings": search_settings,

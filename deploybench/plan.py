@@ -23,12 +23,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from .backends import PLATFORMS
 from .config import Run, all_runs, check_path, deep_merge, online_grid, resolve
 from .convert import CONVERTERS, Profile, tensorrt_command
 from .errors import ConfigError
+from .gpus import check_gpu_runs_image
 from .io import MIB
 from .models import CHECKPOINT_FILES, framework_of
 from .preflight import PreflightSpec
+from .schedule import check_fits, describe, pack_groups, part_key, part_slice, split_points
 from .search import (
     SearchSettings,
     Variant,
@@ -37,7 +40,6 @@ from .search import (
     search_settings,
     settings_spec,
 )
-from .triton_config import PLATFORMS
 
 SCENARIOS = ("offline", "online")
 RUN_STEPS = ("convert", "repository", "accuracy", *SCENARIOS)
@@ -330,13 +332,20 @@ class Conversion:
 class GpuRequest:
     """What a job that runs on the run's device (convert, accuracy, offline, online) asks the
     executor for: one whole GPU on a GPU device (SLURM never hands it to a second job), in the
-    partition, node feature and GPU model of `gpus.<gpu>.slurm`; none on a CPU device. None
-    leaves a value to the cluster's default. Names are Snakemake resources (profiles/slurm)."""
+    partition, node feature and GPU model of `gpus.<gpu>.slurm`, with the site's account, QOS,
+    reservation and extra options; none on a CPU device. None leaves a value to the cluster's
+    default. Field names are the SLURM executor plugin's resources (profiles/slurm): `gpu` and
+    `gpu_model` become `--gpus=<model>:1`, `gres` `--gres` (the plugin takes one or the other),
+    `slurm_account` -A, `qos` --qos, `slurm_extra` is appended as it is."""
 
     gpu: int
     gpu_model: str | None
+    gres: str | None
     slurm_partition: str | None
     constraint: str | None
+    slurm_account: str | None
+    qos: str | None
+    slurm_extra: str | None
 
 
 @dataclass(frozen=True)
@@ -364,11 +373,58 @@ class RunPlan:
     server: Mapping[str, Any]  # the workflow's `server` settings
     info: Mapping[str, Any]  # RunInfo
     gpu_request: GpuRequest
-    runtime: Mapping[str, int]  # RUN_STEPS -> time limit on a cluster (minutes)
+    # RUN_STEPS -> time limit on a cluster (minutes); a scenario's: one of its measurement jobs
+    runtime: Mapping[str, int]
+    # The partition's MaxTime (`gpus.<gpu>.slurm.max_runtime`); None: no limit. With one, the
+    # scenarios are measured in parts (deploybench.schedule), one job each, then merged.
+    max_runtime: int | None
+    parts: Mapping[str, int]  # scenario -> its measurement jobs (1 without max_runtime)
+    # a job ("convert", "offline", or a part "online.1") -> its group job (None: alone)
+    groups: Mapping[str, str | None]
 
     @property
     def path(self) -> str:
         return f"{self.model}/{self.gpu}/{self.format}/{self.precision}"
+
+    @property
+    def measured_in_parts(self) -> bool:
+        return self.max_runtime is not None
+
+    def jobs(self) -> list[tuple[str, int]]:
+        """The run's jobs on a cluster and their time limits (minutes), in order."""
+        steps = [s for s in RUN_STEPS[:3] if s != "convert" or self.conversion is not None]
+        jobs = [(step, self.runtime[step]) for step in steps]
+        for scenario in SCENARIOS:
+            if not self.measured_in_parts:
+                jobs.append((scenario, self.runtime[scenario]))
+                continue
+            jobs += [
+                (part_key(scenario, k), self.runtime[scenario]) for k in range(self.parts[scenario])
+            ]
+        return jobs
+
+    def submissions(self) -> list[str]:
+        """The run's jobs on a cluster and the --time each asks for, as they are submitted."""
+        return describe(self.path, self.jobs(), self.groups, self.max_runtime)
+
+    def group_of(self, job: str) -> str | None:
+        """The group job ``job`` (a RUN_STEPS step or a part, ``online.1``) belongs to."""
+        if job not in self.groups:
+            raise ConfigError(
+                f"{self.path} has no job {job!r}; valid choices: {', '.join(self.groups)}"
+            )
+        return self.groups[job]
+
+    def part_points(self, scenario: str, part: int) -> tuple[Mapping[str, int], ...]:
+        """The points that part ``part`` of ``scenario`` measures."""
+        _check_step(scenario, SCENARIOS)
+        if not 0 <= part < self.parts[scenario]:
+            raise ConfigError(
+                f"{self.path}: {scenario} has parts 0 to {self.parts[scenario] - 1}, not {part}"
+            )
+        points = self.points[scenario]
+        per_part = math.ceil(len(points) / self.parts[scenario])
+        return tuple(points[part_slice(len(points), per_part, part)])
 
     def convert_spec(self) -> ConvertSpec:
         if self.conversion is None:
@@ -402,13 +458,15 @@ class RunPlan:
             "run": plain(self.info),
         }
 
-    def perf_spec(self, scenario: str) -> PerfSpec:
+    def perf_spec(self, scenario: str, part: int | None = None) -> PerfSpec:
+        """The measurement of ``scenario``, or of its part ``part`` (measured in parts)."""
         _check_step(scenario, SCENARIOS)
+        points = self.points[scenario] if part is None else self.part_points(scenario, part)
         return {
             "scenario": scenario,
             "model": self.export.model.identity_spec(),
             "model_name": self.model,
-            "points": plain(self.points[scenario]),
+            "points": plain(points),
             "measure": plain(self.measure),
             "server": plain(self.server),
             "run": plain(self.info),
@@ -435,10 +493,25 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
     """Resolve and plan one run; a combination or setting the workflow cannot honour fails here
     (a :class:`ConfigError` naming the value and the valid choices)."""
     run = resolve(config, model, gpu, fmt, precision)
+    for image in sorted(set(run.settings["containers"].values())):
+        check_gpu_runs_image(config, gpu, image)  # its GPU must be one its images can drive
     how = serving(run)
     conversion = conversion_of(run)
     points = {"offline": offline_points(run), "online": online_points(run)}
-    return RunPlan(
+    trials = int(run.settings["perf"]["trials"])
+    max_runtime = (run.gpu_settings.get("slurm") or {}).get("max_runtime")
+    runtime = {step: runtime_minutes(config, run.settings, step) for step in RUN_STEPS[:3]}
+    parts: dict[str, int] = {}
+    for scenario in SCENARIOS:
+
+        def limit(points_in_job: int, scenario: str = scenario) -> int:
+            return runtime_minutes(config, run.settings, scenario, points_in_job * trials)
+
+        parts[scenario], per_job = split_points(
+            len(points[scenario]), limit, max_runtime, scenario, run.path
+        )
+        runtime[scenario] = limit(per_job)
+    plan = RunPlan(
         model=model,
         gpu=gpu,
         format=fmt,
@@ -457,18 +530,12 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         server=frozen(config["server"]),
         info=frozen(run_info(run, how)),
         gpu_request=gpu_request(run),
-        runtime=frozen(
-            {
-                step: runtime_minutes(
-                    config,
-                    run.settings,
-                    step,
-                    len(points.get(step, ())) * int(run.settings["perf"]["trials"]),
-                )
-                for step in RUN_STEPS
-            }
-        ),
+        runtime=frozen(runtime),
+        max_runtime=max_runtime,
+        parts=frozen(parts),
+        groups=frozen({}),
     )
+    return replace(plan, groups=frozen(pack_groups(plan.jobs(), max_runtime, run.path)))
 
 
 # ---------------------------------------------------------------------------- search
@@ -575,6 +642,8 @@ def plan_search(
         ),
         max_engine_batch=engine_batch,
     )
+    for step, minutes in plan.candidate_runtime.items():  # a candidate's jobs are not split
+        check_fits(f"search_{step}", minutes, run_plan.max_runtime, f"{run.path} search")
     for top, _ in settings.axes.get("max_batch_size", ()):  # within the engine's batch
         plan.variant(baseline.with_value("max_batch_size", (top, (top,))).name)
     if settings.strategy == "grid":
@@ -733,6 +802,15 @@ def run_info(run: Run, how: ServingSpec) -> RunInfo:
     }
 
 
+def gpus_measured_in_parts(config: dict[str, Any]) -> list[str]:
+    """The GPUs whose partition caps a job's time: their runs measure in parts."""
+    return sorted(
+        name
+        for name, settings in config["gpus"].items()
+        if (settings.get("slurm") or {}).get("max_runtime") is not None
+    )
+
+
 def gpu_request(run: Run) -> GpuRequest:
     return gpu_request_of(run.gpu_settings)
 
@@ -741,12 +819,29 @@ def gpu_request_of(gpu_settings: Mapping[str, Any]) -> GpuRequest:
     """What a job on this `gpus.<gpu>` entry's device asks for."""
     on_gpu = gpu_settings["device"] == "gpu"
     slurm = gpu_settings.get("slurm") or {}
+    gres = slurm.get("gres") if on_gpu else None
+    # the plugin has a per-job resource for everything but the reservation: that goes with
+    # the extra options
+    reservation = slurm.get("reservation")
+    extra = " ".join(
+        option
+        for option in (
+            f"--reservation={reservation}" if reservation else None,
+            slurm.get("slurm_extra"),
+        )
+        if option
+    )
     return GpuRequest(
-        gpu=1 if on_gpu else 0,
+        # a GRES request names the GPU itself: no `gpu` as well
+        gpu=1 if on_gpu and not gres else 0,
         # a GPU model names what to allocate: nothing on a CPU device
-        gpu_model=slurm.get("gpu_model") if on_gpu else None,
+        gpu_model=slurm.get("gpu_model") if on_gpu and not gres else None,
+        gres=gres,
         slurm_partition=slurm.get("partition"),
         constraint=slurm.get("constraint"),
+        slurm_account=slurm.get("account"),
+        qos=slurm.get("qos"),
+        slurm_extra=extra or None,
     )
 
 
@@ -774,6 +869,7 @@ def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpe
     gpus = config["gpus"]
     if gpu not in gpus:
         raise ConfigError(f"unknown gpu {gpu!r}; valid choices: {', '.join(sorted(gpus))}")
+    check_gpu_runs_image(config, gpu, image)
     on_gpu = [path.split("/") for path in all_runs(config) if path.split("/")[1] == gpu]
     used: dict[str, set[str]] = {}  # image -> the roles (framework | triton) it plays there
     for model, *_ in on_gpu:

@@ -19,15 +19,6 @@ from .tensors import NUMPY_TO_TRITON_CONFIG, TensorSpec
 
 INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU")
 
-# Triton's platform for each native backend's artifact (the file names are Triton's defaults:
-# model.plan, model.onnx, model.pt, model.savedmodel/); the python backend is named as a backend.
-PLATFORMS = {
-    "tensorrt": "tensorrt_plan",
-    "onnxruntime": "onnxruntime_onnx",
-    "pytorch": "pytorch_libtorch",
-    "tensorflow": "tensorflow_savedmodel",
-}
-
 
 def build_model_config(
     *,

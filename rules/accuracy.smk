@@ -11,6 +11,8 @@ rule accuracy:
     log:
         job=f"{LOG_DIR}/accuracy.log",
         server_log=f"{LOG_DIR}/accuracy.server.log",
+    group:
+        run_group("accuracy")
     container:
         container_of("triton")
     resources:

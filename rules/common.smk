@@ -9,6 +9,7 @@ import json
 import os
 import re
 
+from snakemake.logging import logger
 from snakemake.utils import validate
 
 from snakemake.settings.types import DeploymentMethod
@@ -17,6 +18,7 @@ from deploybench import chart_names
 from deploybench import config as dbconfig
 from deploybench import images
 from deploybench import plan as dbplan
+from deploybench import schedule as dbschedule
 from deploybench import search as dbsearch
 
 SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
@@ -200,27 +202,57 @@ def preflight_resources():
     return request_resources(lambda w: dbplan.gpu_request_of(config["gpus"][w.gpu]))
 
 
-def requested_runs():
-    """The runs among the targets Snakemake was asked for (result files of runs, and the
-    rules that stand for runs: `all`, `cpu`); the config's `targets` when none is one.
-    """
-    runs = set()
-    for target in workflow.dag_settings.targets:
-        match = RUN_TARGET.match(str(target))
-        if match and match.group(1) != "preflight":
-            runs.add("/".join(match.groups()))
-        elif target == "cpu":
-            runs.update(r for r in _runs() if run_fields(r)[1] == "cpu")
-        elif target == "all":
-            runs.update(config["targets"])
-    return sorted(runs or config["targets"])
+# Targets that start runs (their results, or the rules that stand for runs).
+RUN_RULES = ("all", "cpu", "search", "report")
+
+
+def preflight_runs():
+    """The runs `snakemake preflight` checks: the config's `targets` (`--config
+    'targets=[tft/A30/trt/fp16]'` names others). Naming a run's results beside `preflight`
+    would start the run too: that fails here, before anything is submitted."""
+    targets = [str(t) for t in workflow.dag_settings.targets]
+    if "preflight" not in targets:
+        return config["targets"]
+    starting = [
+        t
+        for t in targets
+        if t in RUN_RULES
+        or (RUN_TARGET.match(t) and RUN_TARGET.match(t)[1] != "preflight")
+    ]
+    if starting:
+        runs = sorted(
+            {
+                "/".join(RUN_TARGET.match(t).groups())
+                for t in starting
+                if RUN_TARGET.match(t)
+            }
+        )
+        named = (
+            f"targets=[{','.join(runs)}]"
+            if runs
+            else "targets=[<model>/<gpu>/<format>/<precision>]"
+        )
+        raise dbconfig.ConfigError(
+            f"`preflight` checks runs without starting them, but {', '.join(starting)} would "
+            f"start them: name the runs to check with --config '{named}' instead"
+        )
+    return config["targets"]
+
+
+def log_submissions(runs):
+    """What each run's jobs will ask a cluster for (--time, grouped as submitted)."""
+    for path in runs:
+        for line in _run_plan(*run_fields(path)).submissions():
+            logger.info(line)
 
 
 def preflight_reports(wildcards):
     """Rule preflight's input: the report of every image the requested runs use, on each of
     their GPUs."""
     pairs = set()
-    for path in requested_runs():
+    runs = preflight_runs()
+    log_submissions(runs)
+    for path in runs:
         plan = _run_plan(*run_fields(path))
         for image in model_plan(plan.model).containers.values():
             pairs.add((plan.gpu, image))
@@ -333,6 +365,45 @@ def gpu_resources():
     """For `resources:` of the jobs that run on the run's device (convert, accuracy, offline,
     online): one whole GPU on a GPU device, in its partition; none on a CPU device."""
     return request_resources(lambda w: plan_of(w).gpu_request)
+
+
+# --- Time limits (deploybench/schedule.py): on a GPU whose partition caps a job's time
+# (`gpus.<gpu>.slurm.max_runtime`), scenarios are measured in parts and merged (rules/perf.smk).
+PARTED_GPUS = dbplan.gpus_measured_in_parts(config)
+WHOLE_SCENARIO_GPUS = sorted(set(config["gpus"]) - set(PARTED_GPUS))
+PART_STEM = f"{RUN_DIR}/parts/{{scenario}}.{{part}}"
+PART_LOG = f"{LOG_DIR}/parts/{{scenario}}.{{part}}"
+
+
+wildcard_constraints:
+    part=r"[0-9]+",
+
+
+def scenario_parts(suffix):
+    """For merge_parts' input: file ``suffix`` of each part of the run's scenario."""
+
+    def files(w):
+        plan = plan_of(w)
+        return [
+            in_run(f"{PART_STEM}.{suffix}", plan, scenario=w.scenario, part=k)
+            for k in range(plan.parts[w.scenario])
+        ]
+
+    return files
+
+
+def run_group(step=None):
+    """For `group:` of a run's jobs: the group job the plan puts it in on a cluster (None:
+    submitted alone). ``step``: the rule's step; a measurement's is its scenario (and part).
+    """
+
+    def group(w):
+        job = step or w.scenario
+        if hasattr(w, "part"):
+            job = dbschedule.part_key(job, int(w.part))
+        return plan_of(w).group_of(job)
+
+    return group
 
 
 def run_runtime(step):

@@ -11,6 +11,8 @@ rule convert:
         f"{LOG_DIR}/convert/{{artifact}}.log",
     wildcard_constraints:
         artifact=one_of(FILE_ARTIFACTS),
+    group:
+        run_group("convert")
     container:
         container_of("framework")
     resources:

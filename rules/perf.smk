@@ -2,6 +2,9 @@
 # Online: dynamic batching over the concurrency sweep (HTTP). One definition over `{scenario}`,
 # one rule per scenario (so each is its own target and its own params trigger). One server per
 # job; measurement jobs take every core so that nothing else runs beside a measurement.
+# On a GPU whose partition caps a job's time (`gpus.<gpu>.slurm.max_runtime`), a scenario is
+# measured in parts (offline_part, online_part: as many points as fit the limit each) and
+# merged into the same files by merge_parts (deploybench/schedule.py).
 
 
 rule offline:
@@ -20,6 +23,9 @@ rule offline:
         perf_log=f"{LOG_DIR}/{{scenario}}.perf_analyzer.log",
     wildcard_constraints:
         scenario="offline",
+        gpu=one_of(WHOLE_SCENARIO_GPUS),
+    group:
+        run_group()
     container:
         container_of("triton")
     threads: workflow.cores
@@ -37,3 +43,54 @@ rule offline:
 use rule offline as online with:
     wildcard_constraints:
         scenario="online",
+        gpu=one_of(WHOLE_SCENARIO_GPUS),
+
+
+# One part of a scenario's points: the same job over fewer points.
+use rule offline as offline_part with:
+    output:
+        csv=f"{PART_STEM}.csv",
+        trials=f"{PART_STEM}.trials.csv",
+        provenance=f"{PART_STEM}.provenance.json",
+    log:
+        job=f"{PART_LOG}.log",
+        server_log=f"{PART_LOG}.server.log",
+        perf_log=f"{PART_LOG}.perf_analyzer.log",
+    wildcard_constraints:
+        scenario="offline",
+        gpu=one_of(PARTED_GPUS),
+    params:
+        spec=lambda w: plan_of(w).perf_spec(w.scenario, int(w.part)),
+
+
+use rule offline_part as online_part with:
+    wildcard_constraints:
+        scenario="online",
+        gpu=one_of(PARTED_GPUS),
+
+
+# Reads and writes small CSVs: runs where Snakemake runs (in the measurements' image).
+localrules:
+    merge_parts,
+
+
+rule merge_parts:
+    input:
+        part_csvs=scenario_parts("csv"),
+        part_trials=scenario_parts("trials.csv"),
+        part_provenances=scenario_parts("provenance.json"),
+    output:
+        csv=f"{RUN_DIR}/{{scenario}}.csv",
+        trials=f"{RUN_DIR}/{{scenario}}.trials.csv",
+        provenance=f"{RUN_DIR}/{{scenario}}.provenance.json",
+    log:
+        f"{LOG_DIR}/{{scenario}}.merge.log",
+    wildcard_constraints:
+        scenario=one_of(SCENARIOS),
+        gpu=one_of(PARTED_GPUS),
+    container:
+        container_of("triton")
+    params:
+        spec=lambda w: {"run": plan_of(w).path, "scenario": w.scenario},
+    script:
+        "../scripts/merge_parts.py"

@@ -8,6 +8,8 @@ rule repository:
         repository=directory(REPOSITORY),
     log:
         f"{LOG_DIR}/repository.log",
+    group:
+        run_group("repository")
     container:
         container_of("framework")
     resources:

@@ -11,14 +11,17 @@ use rule repository as search_repository with:
         repository=directory(f"{CANDIDATE_DIR}/repository"),
     log:
         f"{CANDIDATE_LOG}/repository.log",
+    group:
+        "candidate"
     resources:
         runtime=candidate_runtime("repository"),
     params:
         spec=candidate_spec("repository"),
 
 
-# On SLURM each candidate's repository and measurement are one group job of their own
-# (profiles/slurm: group `candidate`), so a grid fans out over the GPUs.
+# On SLURM each candidate's repository and measurement are one group job of their own (group
+# `candidate`: connected jobs only), so a grid fans out over the GPUs. A candidate's sweep is
+# measured in one job on any GPU (it must fit the partition's max_runtime: checked by the plan).
 use rule offline as search_online with:
     input:
         repository=candidate_repository,
@@ -32,6 +35,10 @@ use rule offline as search_online with:
         job=f"{CANDIDATE_LOG}/online.log",
         server_log=f"{CANDIDATE_LOG}/online.server.log",
         perf_log=f"{CANDIDATE_LOG}/online.perf_analyzer.log",
+    wildcard_constraints:
+        gpu=one_of(config["gpus"]),
+    group:
+        "candidate"
     resources:
         **gpu_resources(),
         triton_server=1,

@@ -58,7 +58,8 @@ def test_plan_is_frozen_and_specs_are_fresh_copies():
 
 def test_every_spec_of_every_run_is_plain_data():
     config = workflow_config()
-    runs = all_runs(config)
+    # (no image configured here drives a V100: test_a_gpu_its_images_cannot_drive_is_refused)
+    runs = [r for r in all_runs(config) if r.split("/")[1] != "V100"]
     assert len(runs) > 100
     for path in runs:
         for rule, spec in step_specs(config, path).items():
@@ -103,8 +104,12 @@ def test_gpu_run_plan_names_conversion_serving_and_its_gpu():
     assert trt.gpu_request == dbplan.GpuRequest(
         gpu=1,
         gpu_model=a30["gpu_model"],
+        gres=None,
         slurm_partition=a30["partition"],
         constraint=a30["constraint"],
+        slurm_account=None,
+        qos=None,
+        slurm_extra=None,
     )
     cpu = dbplan.plan_run(config, *CPU_RUN.split("/"))
     assert cpu.gpu_request.gpu == 0 and cpu.gpu_request.gpu_model is None
@@ -304,8 +309,8 @@ def test_preflight_plan_says_what_the_runs_on_a_gpu_need_of_an_image():
     assert cpu["backends"] == ["python"] and cpu["device"] == "cpu"
     with pytest.raises(ConfigError, match="valid choices: pytorch-25.01, tensorflow-25.02, "):
         dbplan.plan_preflight(config, "A30", "tensorflow-25.02x")
-    with pytest.raises(ConfigError, match="unknown gpu 'B200'"):
-        dbplan.plan_preflight(config, "B200", "triton-25.01")
+    with pytest.raises(ConfigError, match="unknown gpu 'P100'"):
+        dbplan.plan_preflight(config, "P100", "triton-25.01")
 
 
 def test_duration_floor_above_the_cap_is_refused():
@@ -314,3 +319,76 @@ def test_duration_floor_above_the_cap_is_refused():
     )
     with pytest.raises(ConfigError, match=r"min_duration_ms \(9000\) exceeds .*\(5000\)"):
         dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
+
+
+# ------------------------------------------------------------------------ GPUs and images
+
+NEW_GPUS = ("H100_SXM", "H100_PCIe", "H200", "L40S", "L4", "B200")
+
+
+def test_a_gpu_its_images_cannot_drive_is_refused():
+    config = workflow_config()
+    # the resnet50 run's images are NGC 25.02's (7.5 and later): a V100 is 7.0
+    message = (
+        r"gpu 'V100' \(compute capability 7\.0\) cannot run image 'tensorflow-25\.02': its "
+        r"release supports compute capability 7\.5 and later .*; the last NGC release that "
+        r"supports 7\.0 \(Volta\) is 24\.12"
+    )
+    with pytest.raises(ConfigError, match=message):
+        dbplan.plan_run(config, "resnet50", "V100", "tf-trt", "fp16")
+    # the preflight of that pair, and of the Triton image the run serves with
+    with pytest.raises(ConfigError, match=message):
+        dbplan.plan_preflight(config, "V100", "tensorflow-25.02")
+    with pytest.raises(ConfigError, match="cannot run image 'triton-25.02-tf'"):
+        dbplan.plan_preflight(config, "V100", "triton-25.02-tf")
+    # 25.01 already starts at 7.5 (its release notes): the PyTorch models' V100 runs too
+    with pytest.raises(ConfigError, match="gpu 'V100' .* cannot run image 'pytorch-25.01'"):
+        dbplan.plan_run(config, "tft", "V100", "trt", "fp16")
+
+
+@pytest.mark.parametrize("gpu", NEW_GPUS)
+def test_every_new_gpu_plans_the_published_formats(gpu):
+    config = workflow_config()
+    tft = dbplan.plan_run(config, "tft", gpu, "trt", "fp16")
+    assert tft.gpu_request.gpu == 1 and tft.conversion is not None
+    resnet = dbplan.plan_run(config, "resnet50", gpu, "tf-trt", "fp16")
+    assert resnet.spec("repository")["serving"]["platform"] == "tensorflow_savedmodel"
+    assert dbplan.plan_preflight(config, gpu, "triton-25.02-tf")["device"] == "gpu"
+
+
+def test_compute_capabilities_compare_as_numbers():
+    from deploybench.gpus import capability
+
+    assert capability("7.5") < capability("10.0") and capability("8.9") < capability("9.0")
+    with pytest.raises(ConfigError, match="not major.minor"):
+        capability("9")
+    # as strings "10.0" < "9.0": a B200 must still pass a 9.0 minimum, an L40S (8.9) not
+    config = workflow_config()
+    for image in config["images"].values():
+        image["release"]["compute_capability"]["minimum"] = "9.0"
+    dbplan.plan_run(config, "tft", "B200", "trt", "fp16")
+    with pytest.raises(
+        ConfigError,
+        match=r"compute capability 8\.9\) cannot run .*; "
+        "compute_capabilities names no last NGC release that supports 8.9",
+    ):
+        dbplan.plan_run(config, "tft", "L40S", "trt", "fp16")
+
+
+def test_schema_requires_a_gpus_compute_capability():
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    config = base_config()
+    validator = jsonschema.Draft202012Validator(schema)
+    assert not list(validator.iter_errors(config))
+    del config["gpus"]["H200"]["compute_capability"]
+    errors = [e.message for e in validator.iter_errors(config)]
+    assert errors == ["'compute_capability' is a required property"]
+    config["gpus"]["H200"]["compute_capability"] = "9"  # major.minor only
+    assert [e.message for e in validator.iter_errors(config)] == [
+        "'9' does not match '^[0-9]+\\\\.[0-9]+$'"
+    ]
+    # a CPU entry needs none
+    assert "compute_capability" not in config["gpus"]["cpu"]

@@ -251,7 +251,12 @@ def test_driver_check_uses_the_image_release_and_the_gpu_kind():
         ("A30", "NVIDIA A30", "pass"),
         ("A30", "NVIDIA A40", "fail"),  # another model: its numbers would be mislabelled
         ("A100", "NVIDIA A100-SXM4-80GB", "pass"),  # "NVIDIA DGX A100 (1x A100 80GB)"
-        ("V100", "Tesla V100-SXM2-32GB", "pass"),
+        # (a configured name: no image configured here drives a V100, so no V100 spec is planned)
+        ("NVIDIA DGX-1 (1x V100 32GB)", "Tesla V100-SXM2-32GB", "pass"),
+        ("H100_SXM", "NVIDIA H100 80GB HBM3", "pass"),
+        ("L4", "NVIDIA L4", "pass"),
+        ("L4", "NVIDIA L40S", "fail"),  # L4 is not L40S
+        ("L40S", "NVIDIA L40", "fail"),
         ("NVIDIA A10", "NVIDIA A100-PCIE-40GB", "fail"),  # a name that another one starts with
         ("NVIDIA GeForce RTX 4090", "NVIDIA A30", "pass"),  # no model name to compare
     ],

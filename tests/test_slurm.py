@@ -170,12 +170,8 @@ def test_profile_runs_jobs_in_containers_on_slurm():
     assert {"gpu=local", "triton_server=local"} <= set(profile["set-resource-scopes"])
     assert profile["resources"] == {"gpu": 1, "triton_server": 1}
     assert profile["retries"] >= 1
-    grouped = dict(g.split("=") for g in profile["groups"])
-    assert grouped == {
-        **{r: "run" for r in ("convert", "convert_directory", *dbplan.RUN_STEPS[1:])},
-        "search_repository": "candidate",
-        "search_online": "candidate",
-    }
+    # groups are the rules' own (the plan's, within each GPU's max_runtime): none overridden
+    assert "groups" not in profile
 
 
 def group_members(output: str, group: str = "run") -> list[list[str]]:
@@ -187,17 +183,37 @@ def group_members(output: str, group: str = "run") -> list[list[str]]:
     return groups
 
 
-def test_dry_run_of_preflight_shows_its_jobs_on_the_gpu_partition(tmp_path):
-    """`snakemake -n --profile profiles/slurm preflight results/tft/A30/trt/fp16/online.csv`:
-    one preflight job per image of the run, each asking for the run's GPU in its partition;
-    the run's GPU steps grouped into one job, checkpoint and export apart."""
+def test_dry_run_of_a_run_groups_its_gpu_steps_into_one_job(tmp_path):
+    """`snakemake -n --profile profiles/slurm results/tft/A30/trt/fp16/online.csv`: the run's
+    GPU steps grouped into one job (no max_runtime), checkpoint and export apart, each job's
+    --time from the plan."""
     write_config(tmp_path, base_config())
     result = slurm_snakemake(
-        tmp_path, "preflight", "results/tft/A30/trt/fp16/online.csv", timeout_s=120, dry_run=True
+        tmp_path, "results/tft/A30/trt/fp16/online.csv", timeout_s=120, dry_run=True
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     jobs = job_resources(out)
+    assert group_members(out) == [["convert", "online", "repository"]]
+    config = validated(base_config())
+    plan = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
+    assert jobs["online"][0]["runtime"] == str(plan.runtime["online"])
+    assert jobs["export"][0]["runtime"] == str(dbplan.plan_model(config, "tft").runtime["export"])
+
+
+def test_dry_run_of_preflight_shows_only_its_jobs_on_the_gpu_partition(tmp_path):
+    """`snakemake -n --profile profiles/slurm preflight --config 'targets=[tft/A30/trt/fp16]'`:
+    one preflight job per image of the run, each asking for the run's GPU in its partition,
+    and nothing of the run itself; the log says what each of the run's jobs will ask for."""
+    write_config(tmp_path, base_config())
+    result = slurm_snakemake(
+        tmp_path, "preflight", "--config", "targets=[tft/A30/trt/fp16]", timeout_s=120,
+        dry_run=True,
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    jobs = job_resources(out)
+    assert set(jobs) == {"container_image", "preflight_check", "preflight"}, sorted(jobs)
     a30 = base_config()["gpus"]["A30"]["slurm"]
     request = {"gpu": "1", "gpu_model": a30["gpu_model"], "slurm_partition": a30["partition"]}
     assert len(jobs["preflight_check"]) == 2
@@ -205,11 +221,21 @@ def test_dry_run_of_preflight_shows_its_jobs_on_the_gpu_partition(tmp_path):
         assert request.items() <= resources.items(), resources
     for image in ("pytorch-25.01", "triton-25.01"):
         assert f"results/preflight/A30/{image}.json" in out
-    assert group_members(out) == [["convert", "online", "repository"]]
-    config = validated(base_config())
-    plan = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
-    assert jobs["online"][0]["runtime"] == str(plan.runtime["online"])
-    assert jobs["export"][0]["runtime"] == str(dbplan.plan_model(config, "tft").runtime["export"])
+    plan = dbplan.plan_run(validated(base_config()), "tft", "A30", "trt", "fp16")
+    assert "\n".join(plan.submissions()) in out
+
+
+def test_preflight_beside_a_runs_results_is_refused(tmp_path):
+    """Naming a run's results beside `preflight` would start the run: refused before anything
+    is planned, saying how to name the runs to check."""
+    write_config(tmp_path, base_config())
+    result = slurm_snakemake(
+        tmp_path, "preflight", "results/tft/A30/trt/fp16/online.csv", timeout_s=120, dry_run=True
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]
+    assert "would start them" in out and "--config 'targets=[tft/A30/trt/fp16]'" in out
+    assert "preflight_check" not in out
 
 
 def test_a_gpu_grid_search_fans_out_one_gpu_job_per_candidate(tmp_path):
@@ -552,3 +578,78 @@ def test_preflight_runs_on_the_gpu_partition_and_names_what_is_missing(slurm_run
     assert {c["name"]: c["status"] for c in framework["checks"]}["trtexec"] == "fail"
     # the failure Snakemake shows names the missing piece and the fix
     assert "gpu_visible" in out and f"gpu_model: {GPU_TYPE}" in out
+
+
+# A site's settings for the stand-in GPU: GRES instead of --gpus, an account, a QOS, a
+# reservation (made on the test cluster for this run) and an extra option SLURM records (nice).
+SITE_SLURM = {
+    "gres": f"gpu:{GPU_TYPE}:1",
+    "account": "deploybench-test",
+    "qos": "normal",
+    "reservation": "deploybench-test",
+    "slurm_extra": "--nice=7",
+}
+
+
+@pytest.fixture(scope="module")
+def preflight_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`snakemake --profile profiles/slurm preflight --config 'targets=[tft/A30/trt/fp16]'` on
+    the cluster, A30 mapped to its partition with SITE_SLURM (the A30 checks fail here: no
+    GPU). Runs after slurm_run (this module's last tests): the reservation holds the node."""
+    wd = tmp_path_factory.mktemp("slurm-preflight")
+    config = orchestration_config()
+    config["gpus"]["A30"]["slurm"] = {"partition": cluster.partition, **SITE_SLURM}
+    write_config(wd, config)
+    reservation = SITE_SLURM["reservation"]
+    subprocess.run(
+        ["scontrol", "create", "reservation", f"ReservationName={reservation}",
+         "StartTime=now", "Duration=60", "Users=root", "Nodes=ALL", "Flags=IGNORE_JOBS"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    try:
+        result = slurm_snakemake(
+            wd, "preflight", "--config", "targets=[tft/A30/trt/fp16]", *CLUSTER_ARGS,
+            "--keep-going", "--verbose", timeout_s=300,
+        )  # fmt: skip
+        out = result.stdout + result.stderr
+        (wd / "snakemake.out").write_text(out)
+        submitted = SUBMITTED.findall(out)
+        # what SLURM recorded, read while the reservation is there (a job names it until then)
+        jobs = {job_id: scontrol_job(job_id) for job_id, _ in submitted}
+    finally:
+        subprocess.run(
+            ["scontrol", "delete", f"ReservationName={reservation}"],
+            check=False,
+            capture_output=True,
+        )
+    return {"result": result, "out": out, "submitted": submitted, "jobs": jobs}
+
+
+def test_preflight_submits_only_its_jobs_with_the_sites_settings(preflight_run, cluster):
+    """The preflight of a run submits its two checks and nothing of the run; each sbatch call
+    carries the site's GRES (not --gpus), account, QOS, reservation and extra option, and
+    SLURM accepted them (recorded on the job; this cluster has no accounting, so QOS is only
+    seen in the call)."""
+    out = preflight_run["out"]
+    assert preflight_run["result"].returncode == 1, out[-6000:]  # the GPU checks fail here
+    kinds = [
+        next(p for p in Path(log).parts if p.startswith(("rule_", "group_")))
+        for _, log in preflight_run["submitted"]
+    ]
+    assert kinds == ["rule_preflight_check"] * 2, kinds
+    calls = re.findall(r"sbatch call: (.*)", out)
+    assert len(calls) == 2, out[-6000:]
+    for call in calls:
+        assert f"--gres={SITE_SLURM['gres']}" in call and "--gpus" not in call, call
+        assert f"-A {SITE_SLURM['account']}" in call, call
+        assert f"--qos={SITE_SLURM['qos']}" in call, call
+        assert f"--reservation={SITE_SLURM['reservation']} --nice=7" in call, call
+    for job in preflight_run["jobs"].values():
+        assert job["Account"] == SITE_SLURM["account"], job
+        assert job["Reservation"] == SITE_SLURM["reservation"], job
+        assert job["TresPerNode"] == f"gres:{SITE_SLURM['gres']}", job
+        assert job["Nice"] == "7", job
+        assert job["JobState"] == "FAILED", job
+    # the log says what each of the run's jobs will ask for
+    assert "tft/A30/trt/fp16 (no max_runtime): its jobs' --time, as submitted" in out
+    assert cluster.squeue() == []

@@ -1,0 +1,101 @@
+"""How a run's jobs go to a cluster whose partition caps a job's time (`gpus.<gpu>.slurm.
+max_runtime`, the partition's MaxTime in minutes).
+
+Every job has a time limit (plan.runtime_minutes: sbatch --time). A measurement over many
+points can alone ask for more than the partition allows, and a group job asks for the sum of
+its members. So, on a GPU with a `max_runtime`:
+
+- a scenario's points are measured in parts, each a job of its own that fits (as many points
+  as fit, spread evenly over as few parts as that needs), merged into the scenario's CSVs by a
+  local job (deploybench.parts);
+- the run's group job takes its jobs in order (convert, repository, accuracy, then the
+  measurements) while their sum fits; the others are submitted alone, each within the limit.
+
+A job that cannot fit even alone (one point longer than the limit) fails the plan, naming the
+numbers. Without a `max_runtime` nothing is split: one group job per run, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import ConfigError
+
+# The group job of a run (its jobs share one allocation and wait in the queue once).
+RUN_GROUP = "run"
+
+
+def part_key(scenario: str, part: int) -> str:
+    """The name of a scenario's measurement part in a run's job table (``online.1``)."""
+    return f"{scenario}.{part}"
+
+
+def check_fits(job: str, minutes: int, max_runtime: int | None, where: str) -> None:
+    """A job that asks for more than the partition allows fails here, with the numbers."""
+    if max_runtime is not None and minutes > max_runtime:
+        raise ConfigError(
+            f"{where}: job {job!r} asks for {minutes} min (--time), more than the partition's "
+            f"max_runtime of {max_runtime} min; lower runtime.steps or runtime.per_point (or the "
+            "model's points or perf.trials), or use a partition with a longer MaxTime"
+        )
+
+
+def split_points(
+    points: int, limit_of: Callable[[int], int], max_runtime: int | None, scenario: str, where: str
+) -> tuple[int, int]:
+    """(parts, points per part) for a scenario of ``points`` points whose job's limit is
+    ``limit_of(points in the job)``: as few parts as fit ``max_runtime``, points spread evenly."""
+    if max_runtime is None or points == 0 or limit_of(points) <= max_runtime:
+        return 1, points
+    fit = max((n for n in range(1, points + 1) if limit_of(n) <= max_runtime), default=0)
+    if not fit:
+        raise ConfigError(
+            f"{where}: one {scenario} point alone asks for {limit_of(1)} min (--time), more "
+            f"than the partition's max_runtime of {max_runtime} min; lower runtime.per_point, "
+            "runtime.margin or perf.trials, or use a partition with a longer MaxTime"
+        )
+    parts = math.ceil(points / fit)
+    return parts, math.ceil(points / parts)
+
+
+def part_slice(points: int, per_part: int, part: int) -> slice:
+    """The points of part ``part`` (0-based) of a scenario split ``per_part`` a part."""
+    return slice(part * per_part, min(points, (part + 1) * per_part))
+
+
+def pack_groups(
+    jobs: Sequence[tuple[str, int]], max_runtime: int | None, where: str
+) -> dict[str, str | None]:
+    """Job → its group job (None: submitted alone). ``jobs``: (name, minutes) in the run's
+    order. First fit: a job joins the run's group while the group's sum stays within
+    ``max_runtime``; every job must fit alone."""
+    groups: dict[str, str | None] = {}
+    total = 0
+    for job, minutes in jobs:
+        check_fits(job, minutes, max_runtime, where)
+        if max_runtime is None or total + minutes <= max_runtime:
+            groups[job] = RUN_GROUP
+            total += minutes
+        else:
+            groups[job] = None
+    return groups
+
+
+def describe(
+    run: str,
+    jobs: Sequence[tuple[str, int]],
+    groups: dict[str, str | None] | Any,
+    max_runtime: int | None,
+) -> list[str]:
+    """What a run's jobs ask a cluster for, one line per submission (the preflight logs it)."""
+    limit = f"max_runtime {max_runtime} min" if max_runtime is not None else "no max_runtime"
+    lines = [f"{run} ({limit}): its jobs' --time, as submitted"]
+    grouped = [(job, minutes) for job, minutes in jobs if groups[job] is not None]
+    if grouped:
+        terms = " + ".join(f"{job} {minutes}" for job, minutes in grouped)
+        total = sum(minutes for _, minutes in grouped)
+        lines.append(f"  group job {RUN_GROUP}: {terms} = {total} min")
+    lines += [f"  {job}: {minutes} min" for job, minutes in jobs if groups[job] is None]
+    return lines

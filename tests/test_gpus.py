@@ -1,0 +1,35 @@
+"""GPUs and the images that can drive them, through Snakemake: a run on a GPU its images
+support resolves under the SLURM profile; one on a GPU they do not fails at DAG time naming the
+GPU, its compute capability and the image (the plan-level checks are in tests/test_plan.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import base_config, write_config
+from tests.test_slurm import job_resources, slurm_snakemake
+
+
+def test_dry_run_on_a_new_gpu_resolves_under_the_slurm_profile(tmp_path: Path):
+    write_config(tmp_path, base_config())
+    target = "results/tft/H100_SXM/trt/fp16/online.csv"
+    result = slurm_snakemake(tmp_path, target, timeout_s=120, dry_run=True)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    h100 = base_config()["gpus"]["H100_SXM"]["slurm"]
+    for rule in ("convert", "online"):
+        [resources] = job_resources(out)[rule]
+        assert resources["gpu_model"] == h100["gpu_model"], (rule, resources)
+
+
+def test_dry_run_on_a_gpu_its_images_cannot_drive_fails_naming_both(tmp_path: Path):
+    write_config(tmp_path, base_config())
+    target = "results/resnet50/V100/tf-trt/fp16/online.csv"
+    result = slurm_snakemake(tmp_path, target, timeout_s=120, dry_run=True)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "gpu 'V100' (compute capability 7.0) cannot run image 'tensorflow-25.02'" in out, out[
+        -4000:
+    ]
+    assert "the last NGC release that supports 7.0 (Volta) is 24.12" in out
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,212 @@
+"""Time limits that fit (deploybench/schedule.py): a GPU's `slurm.max_runtime` splits a run's
+group job and its measurements so that no submission asks for more; a job that cannot fit fails
+the DAG with the numbers. Site settings (`gres`, account, QOS, reservation, extra options)
+reach the SLURM executor plugin's resources. The real cluster sees both in tests/test_slurm.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from deploybench import parts, schedule
+from deploybench import plan as dbplan
+from deploybench.errors import ConfigError
+from tests.conftest import base_config, validated, write_config
+from tests.test_slurm import group_members, job_resources, slurm_snakemake
+
+RUN = ("tft", "A30", "trt", "fp16")
+
+
+def config_with(**slurm: object) -> dict:
+    """The shipped config, A30's `slurm` settings updated with ``slurm``."""
+    config = base_config()
+    config["gpus"]["A30"]["slurm"].update(slurm)
+    return validated(config)
+
+
+def submissions(plan: dbplan.RunPlan) -> list[int]:
+    """The --time of each submission: the run's group job's (the sum), then each job alone."""
+    grouped = [m for job, m in plan.jobs() if plan.groups[job] is not None]
+    alone = [m for job, m in plan.jobs() if plan.groups[job] is None]
+    return ([sum(grouped)] if grouped else []) + alone
+
+
+@pytest.mark.parametrize("limit", [60, 90, 120, 240, 480, 720, 10_000])
+def test_every_submission_fits_and_every_point_is_measured_once(limit):
+    for path in (RUN, ("bert", "A30", "trt", "fp16"), ("resnet50", "A30", "tf-trt", "fp16")):
+        plan = dbplan.plan_run(config_with(max_runtime=limit), *path)
+        assert max(submissions(plan)) <= limit, (path, plan.jobs(), dict(plan.groups))
+        for scenario in dbplan.SCENARIOS:
+            measured = [
+                point
+                for k in range(plan.parts[scenario])
+                for point in plan.part_points(scenario, k)
+            ]
+            assert measured == list(plan.points[scenario]), (path, scenario)
+            # as few parts as fit: one part less would not
+            per_part = max(len(plan.part_points(scenario, k)) for k in range(plan.parts[scenario]))
+            assert plan.runtime[scenario] <= limit
+            if plan.parts[scenario] > 1:
+                fewer = -(-len(plan.points[scenario]) // (plan.parts[scenario] - 1))
+                trials = int(plan.measure["trials"])
+                assert fewer > per_part
+                spec = dbplan.runtime_minutes(config_with(), {}, scenario, fewer * trials)
+                assert spec > limit
+
+
+def test_a_4h_limit_splits_tft_a30_trt_fp16():
+    """Without a limit the run is one group job of 636 min (10.6 h); under 4 h: its preparation
+    in the group job, offline alone, online in two parts of 16 points."""
+    whole = dbplan.plan_run(config_with(), *RUN)
+    assert submissions(whole) == [636] and set(whole.groups.values()) == {"run"}
+    plan = dbplan.plan_run(config_with(max_runtime=240), *RUN)
+    assert dict(plan.parts) == {"offline": 1, "online": 2}
+    assert [len(plan.part_points("online", k)) for k in (0, 1)] == [16, 16]
+    assert dict(plan.groups) == {
+        "convert": "run",
+        "repository": "run",
+        "accuracy": "run",
+        "offline.0": None,
+        "online.0": None,
+        "online.1": None,
+    }
+    assert submissions(plan) == [100, 142, 202, 202]
+    assert plan.submissions() == [
+        "tft/A30/trt/fp16 (max_runtime 240 min): its jobs' --time, as submitted",
+        "  group job run: convert 60 + repository 10 + accuracy 30 = 100 min",
+        "  offline.0: 142 min",
+        "  online.0: 202 min",
+        "  online.1: 202 min",
+    ]
+    spec = plan.perf_spec("online", 1)
+    assert spec["points"] == list(plan.points["online"][16:])
+
+
+def test_a_job_that_cannot_fit_fails_naming_the_numbers():
+    # one offline point: (5 + 3 trials x 2) x margin 2 = 22 min
+    with pytest.raises(ConfigError, match=r"one offline point alone asks for 22 min .* of 20 min"):
+        dbplan.plan_run(config_with(max_runtime=20), *RUN)
+    # every point fits 30; the convert job (60 min) does not
+    with pytest.raises(ConfigError, match=r"job 'convert' asks for 60 min .* max_runtime of 30"):
+        dbplan.plan_run(config_with(max_runtime=30), *RUN)
+
+
+def test_a_search_candidate_over_the_limit_fails():
+    """A candidate's online sweep is one job (5 points: 70 min): over the limit it fails."""
+    assert dbplan.plan_search(config_with(max_runtime=70), *RUN).candidate_runtime["online"] == 70
+    with pytest.raises(ConfigError, match=r"'search_online' asks for 70 min .* of 60 min"):
+        dbplan.plan_search(config_with(max_runtime=60), *RUN)
+
+
+def test_pack_groups_keeps_order_and_first_fit():
+    jobs = [("a", 50), ("b", 100), ("c", 60), ("d", 40)]
+    assert schedule.pack_groups(jobs, 150, "x") == {"a": "run", "b": "run", "c": None, "d": None}
+    assert schedule.pack_groups(jobs, 200, "x") == {"a": "run", "b": "run", "c": None, "d": "run"}
+    assert set(schedule.pack_groups(jobs, None, "x").values()) == {"run"}
+    with pytest.raises(ConfigError, match=r"job 'b' asks for 100 min .* 99 min"):
+        schedule.pack_groups(jobs, 99, "x")
+
+
+def test_dry_run_under_a_4h_limit_submits_what_fits(tmp_path):
+    """`snakemake -n --profile profiles/slurm results/tft/A30/trt/fp16/{offline,online}.csv`
+    with A30's max_runtime 240: convert and repository in the group job, offline and the two
+    online parts alone, each within 240 min; the parts are merged where Snakemake runs."""
+    config = base_config()
+    config["gpus"]["A30"]["slurm"]["max_runtime"] = 240
+    write_config(tmp_path, config)
+    run = "results/tft/A30/trt/fp16"
+    result = slurm_snakemake(
+        tmp_path, f"{run}/offline.csv", f"{run}/online.csv", timeout_s=120, dry_run=True
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert group_members(out) == [["convert", "repository"]]
+    jobs = job_resources(out)
+    assert [r["runtime"] for r in jobs["offline_part"]] == ["142"]
+    assert [r["runtime"] for r in jobs["online_part"]] == ["202", "202"]
+    assert all(r["gpu"] == "1" and r["gpu_model"] == "a30" for r in jobs["online_part"])
+    assert len(jobs["merge_parts"]) == 2
+    for k in (0, 1):
+        assert f"{run}/parts/online.{k}.csv" in out
+
+
+def test_dry_run_with_a_limit_too_small_fails_naming_it(tmp_path):
+    config = base_config()
+    config["gpus"]["A30"]["slurm"]["max_runtime"] = 30
+    write_config(tmp_path, config)
+    result = slurm_snakemake(
+        tmp_path, "results/tft/A30/trt/fp16/online.csv", timeout_s=120, dry_run=True
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]
+    assert "'convert' asks for 60 min (--time), more than the partition's max_runtime of 30" in out
+
+
+def test_site_settings_become_the_plugins_resources():
+    config = config_with(
+        gres="gpu:a30:1", account="proj", qos="high", reservation="maint", slurm_extra="--nice=5"
+    )
+    request = dbplan.plan_run(config, *RUN).gpu_request
+    # GRES instead of --gpus: the plugin takes one or the other
+    assert (request.gpu, request.gpu_model, request.gres) == (0, None, "gpu:a30:1")
+    assert (request.slurm_account, request.qos) == ("proj", "high")
+    assert request.slurm_extra == "--reservation=maint --nice=5"
+    cpu = dbplan.plan_run(validated(base_config()), "tft", "cpu", "onnx", "fp32").gpu_request
+    assert (cpu.gpu, cpu.gres, cpu.slurm_extra) == (0, None, None)
+
+
+@pytest.mark.parametrize(
+    ("slurm", "bad"),
+    [
+        ({"gres": "gpu:a30:2"}, "gpu:a30:2"),  # one whole GPU a job
+        ({"account": "a b"}, "a b"),
+        ({"slurm_extra": "--nice=5; rm -rf /"}, "rm -rf"),
+        ({"max_runtime": 0}, "max_runtime"),
+    ],
+)
+def test_bad_site_settings_are_refused(slurm, bad):
+    from snakemake.exceptions import WorkflowError
+
+    config = base_config()
+    config["gpus"]["A30"]["slurm"].update(slurm)
+    with pytest.raises(WorkflowError, match=re.escape(bad)):
+        validated(config)
+
+
+def test_parts_merge_into_the_scenarios_files(tmp_path):
+    def part(k: int, rows: list[dict[str, str]], points: list[dict[str, int]]) -> list[Path]:
+        files = [tmp_path / f"online.{k}.{s}" for s in ("csv", "trials.csv", "provenance.json")]
+        for f in files[:2]:
+            with f.open("w", newline="") as out:
+                writer = csv.DictWriter(out, fieldnames=["batch", "concurrency", "throughput"])
+                writer.writeheader()
+                writer.writerows(rows)
+        files[2].write_text(json.dumps({"host": f"node{k}", "config": {"points": points}}))
+        return files
+
+    first = part(0, [{"batch": "1", "concurrency": "1", "throughput": "10"}], [{"c": 1}])
+    second = part(1, [{"batch": "1", "concurrency": "8", "throughput": "70"}], [{"c": 8}])
+    out = {name: str(tmp_path / f"online.{name}") for name in ("csv", "trials", "provenance")}
+    parts.merge(
+        part_csvs=[str(first[0]), str(second[0])],
+        part_trials=[str(first[1]), str(second[1])],
+        part_provenances=[str(first[2]), str(second[2])],
+        **out,
+    )
+    rows = list(csv.DictReader(Path(out["csv"]).read_text().splitlines()))
+    assert [r["concurrency"] for r in rows] == ["1", "8"]
+    record = json.loads(Path(out["provenance"]).read_text())
+    assert record["config"]["points"] == [{"c": 1}, {"c": 8}]
+    assert [p["host"] for p in record["parts"]] == ["node0", "node1"]
+    assert record["result"] == out["csv"] and len(record["sha256"]) == 64
+
+    other = tmp_path / "other.csv"
+    other.write_text("batch,latency\n1,2\n")
+    with pytest.raises(ConfigError, match="differ from the first part's"):
+        parts.concatenate([first[0], other], tmp_path / "merged.csv")
+    assert not (tmp_path / "merged.csv").exists()
