@@ -2,8 +2,12 @@
 # The driver: a venv that only plans the DAG and submits jobs (`make driver`), for a login node
 # where envs/setup.sh cannot run (no apt or sudo, a glibc too old for pytriton). pip only:
 # Snakemake, its SLURM executor, pyyaml, jsonschema (envs/driver.txt) and this package without
-# its dependencies. No torch, TensorFlow, pytriton or tritonclient: the jobs run in their images
-# (profiles/slurm), never in this venv, so it needs no file system the compute nodes see.
+# its dependencies. No torch, TensorFlow, pytriton or tritonclient: each rule's work runs in its
+# image (profiles/slurm). But each SLURM job starts with this venv's Snakemake on its node, which
+# then runs the rule in the image (snakemake-interface-executor-plugins, RemoteExecutor.
+# get_python_executable: sys.executable while software deployment is on a shared file system, the
+# default): keep the venv, like the checkout and the working directory, on a file system the
+# compute nodes see at the same path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-driver}
