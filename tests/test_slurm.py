@@ -44,10 +44,8 @@ STANDIN_BIN = (
 RUN = "results/tft/cpu/onnx/fp32"
 CHAIN = [f"{RUN}/{name}" for name in ("accuracy.csv", "task.csv", "offline.csv", "online.csv")]
 GPU_JOB = "results/tft/A30/trt/fp16/convert/model.plan"
-PREFLIGHTS = [
-    f"results/preflight/{gpu}/{image}.json"
-    for gpu, image in (("cpu", "triton-25.01"), ("A30", "triton-25.01"), ("A30", "pytorch-25.01"))
-]
+# the CPU run's preflight (A30's run apart, with a site's settings: preflight_run)
+PREFLIGHTS = ["results/preflight/cpu/triton-25.01.json"]
 # profiles/slurm's group job of the CPU run (its SLURM log folder's name)
 MEASUREMENT_GROUP = "group_run_accuracy_offline_online_repository"
 SHM = Path("/dev/shm")
@@ -412,8 +410,7 @@ def slurm_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dic
     - the CPU chain of tft at smoke sizes (its measurement jobs one group job);
     - with --keep-going, A30's convert job, which asks for the typed stand-in GPU and fails at run
       time (no GPU here);
-    - the preflight of the CPU run's image (passes here) and of both A30 images (the GPU checks
-      fail);
+    - the preflight of the CPU run's image (passes here);
     - the chain's measurement job is cancelled with scancel while perf_analyzer runs, and is
       retried (`--retries 1`: the profile's 2, less one to keep the failing GPU jobs quick).
     The cpu and A30 gpus map to the test cluster's partition."""
@@ -539,11 +536,9 @@ def test_gpu_job_gets_its_gpu_and_failure_is_reported(slurm_run, cluster):
     assert processes_mentioning(str(wd)) == []
 
 
-def test_preflight_runs_on_the_gpu_partition_and_names_what_is_missing(slurm_run, cluster):
-    """Each preflight job runs in its image on its GPU's partition: the CPU run's passes here;
-    A30's ask for the typed GPU, fail (no GPU, no trtexec, no native backends here) without a
-    retry, keep their report in the log directory, and say what to fix."""
-    wd, out = slurm_run["workdir"], slurm_run["out"]
+def test_the_cpu_runs_preflight_passes_on_its_partition(slurm_run):
+    """The CPU run's preflight job runs in its image on its partition and passes."""
+    wd = slurm_run["workdir"]
     [(cpu_job, _)] = [
         (j, log)
         for j, log in jobs_of(slurm_run, "rule_preflight_check")
@@ -553,31 +548,6 @@ def test_preflight_runs_on_the_gpu_partition_and_names_what_is_missing(slurm_run
     report = json.loads((wd / "results/preflight/cpu/triton-25.01.json").read_text())
     assert report["ok"] is True
     assert {c["name"]: c["status"] for c in report["checks"]}["perf_analyzer"] == "pass"
-
-    gpu_jobs = [
-        j
-        for j, log in jobs_of(slurm_run, "rule_preflight_check")
-        if log.parent.name.startswith("A30_")
-    ]
-    assert len(gpu_jobs) == 2  # two images, no retry
-    for job_id in gpu_jobs:
-        job = scontrol_job(job_id)
-        assert job["JobState"] == "FAILED", job
-        assert job["Partition"] == cluster.partition
-        assert job["TresPerJob"] == f"gres:gpu:{GPU_TYPE}:1"
-    for image in ("pytorch-25.01", "triton-25.01"):
-        assert not (wd / f"results/preflight/A30/{image}.json").exists()
-        kept = json.loads((wd / f"logs/preflight/A30/{image}.json").read_text())
-        status = {c["name"]: c["status"] for c in kept["checks"]}
-        assert status["gpu_visible"] == "fail" and status["deploybench_imports"] == "pass"
-    triton = json.loads((wd / "logs/preflight/A30/triton-25.01.json").read_text())
-    status = {c["name"]: c["status"] for c in triton["checks"]}
-    assert status["tritonserver"] == "pass" and status["perf_analyzer"] == "pass"
-    assert status["tritonserver_gpu"] == "fail"
-    framework = json.loads((wd / "logs/preflight/A30/pytorch-25.01.json").read_text())
-    assert {c["name"]: c["status"] for c in framework["checks"]}["trtexec"] == "fail"
-    # the failure Snakemake shows names the missing piece and the fix
-    assert "gpu_visible" in out and f"gpu_model: {GPU_TYPE}" in out
 
 
 # A site's settings for the stand-in GPU: GRES instead of --gpus, an account, a QOS, a
@@ -622,7 +592,7 @@ def preflight_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
             check=False,
             capture_output=True,
         )
-    return {"result": result, "out": out, "submitted": submitted, "jobs": jobs}
+    return {"workdir": wd, "result": result, "out": out, "submitted": submitted, "jobs": jobs}
 
 
 def test_preflight_submits_only_its_jobs_with_the_sites_settings(preflight_run, cluster):
@@ -653,3 +623,25 @@ def test_preflight_submits_only_its_jobs_with_the_sites_settings(preflight_run, 
     # the log says what each of the run's jobs will ask for
     assert "tft/A30/trt/fp16 (no max_runtime): its jobs' --time, as submitted" in out
     assert cluster.squeue() == []
+
+
+def test_gpu_preflight_fails_its_gpu_checks_and_names_what_is_missing(preflight_run, cluster):
+    """A30's preflight jobs run on its partition, fail (no GPU, no trtexec, no native backends
+    here) without a retry, keep their report in the log directory, and say what to fix."""
+    wd, out = preflight_run["workdir"], preflight_run["out"]
+    for job in preflight_run["jobs"].values():
+        assert job["Partition"] == cluster.partition
+        assert job["Restarts"] == "0"
+    for image in ("pytorch-25.01", "triton-25.01"):
+        assert not (wd / f"results/preflight/A30/{image}.json").exists()
+        kept = json.loads((wd / f"logs/preflight/A30/{image}.json").read_text())
+        status = {c["name"]: c["status"] for c in kept["checks"]}
+        assert status["gpu_visible"] == "fail" and status["deploybench_imports"] == "pass"
+    triton = json.loads((wd / "logs/preflight/A30/triton-25.01.json").read_text())
+    status = {c["name"]: c["status"] for c in triton["checks"]}
+    assert status["tritonserver"] == "pass" and status["perf_analyzer"] == "pass"
+    assert status["tritonserver_gpu"] == "fail"
+    framework = json.loads((wd / "logs/preflight/A30/pytorch-25.01.json").read_text())
+    assert {c["name"]: c["status"] for c in framework["checks"]}["trtexec"] == "fail"
+    # the failure Snakemake shows names the missing piece and the fix, with the GPU's mapping
+    assert "gpu_visible" in out and f"gres: {SITE_SLURM['gres']}" in out
