@@ -17,6 +17,7 @@ reruns ``online`` only). A new dimension of a run is added here and in the job t
 from __future__ import annotations
 
 import math
+import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -332,8 +333,9 @@ class Conversion:
 class GpuRequest:
     """What a job that runs on the run's device (convert, accuracy, offline, online) asks the
     executor for: one whole GPU on a GPU device (SLURM never hands it to a second job), in the
-    partition, node feature and GPU model of `gpus.<gpu>.slurm`, with the site's account, QOS,
-    reservation and extra options; none on a CPU device. None leaves a value to the cluster's
+    partition, node feature and GPU model of `gpus.<gpu>.slurm`, with the account, QOS,
+    reservation and extra options of the site (`slurm:`) or the GPU's own; no GPU on a CPU
+    device. None leaves a value to the cluster's
     default. Field names are the SLURM executor plugin's resources (profiles/slurm): `gpu` and
     `gpu_model` become `--gpus=<model>:1`, `gres` `--gres` (the plugin takes one or the other),
     `slurm_account` -A, `qos` --qos, `slurm_extra` is appended as it is."""
@@ -529,7 +531,7 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         measure=frozen(measure_settings(run)),
         server=frozen(config["server"]),
         info=frozen(run_info(run, how)),
-        gpu_request=gpu_request(run),
+        gpu_request=gpu_request_of(run.gpu_settings, config.get("slurm") or {}),
         runtime=frozen(runtime),
         max_runtime=max_runtime,
         parts=frozen(parts),
@@ -811,26 +813,44 @@ def gpus_measured_in_parts(config: dict[str, Any]) -> list[str]:
     )
 
 
-def gpu_request(run: Run) -> GpuRequest:
-    return gpu_request_of(run.gpu_settings)
+# A site's settings of a job (`slurm:`, and a GPU's own in `gpus.<gpu>.slurm`).
+SITE_KEYS = ("account", "qos", "reservation", "slurm_extra")
 
 
-def gpu_request_of(gpu_settings: Mapping[str, Any]) -> GpuRequest:
-    """What a job on this `gpus.<gpu>` entry's device asks for."""
-    on_gpu = gpu_settings["device"] == "gpu"
-    slurm = gpu_settings.get("slurm") or {}
-    gres = slurm.get("gres") if on_gpu else None
-    # the plugin has a per-job resource for everything but the reservation: that goes with
-    # the extra options
-    reservation = slurm.get("reservation")
+def site_settings(site: Mapping[str, Any], gpu_slurm: Mapping[str, Any]) -> dict[str, Any]:
+    """The site's settings with a GPU's own (those it sets) in their place."""
+    return {
+        key: gpu_slurm[key] if gpu_slurm.get(key) is not None else site.get(key)
+        for key in SITE_KEYS
+    }
+
+
+def site_request(settings: Mapping[str, Any]) -> dict[str, str | None]:
+    """`settings` (SITE_KEYS) as the SLURM executor plugin's resources: `slurm_account` (-A),
+    `qos` (--qos), `slurm_extra` (appended as it is). The plugin has no per-job reservation, so
+    it goes with the extra options."""
+    reservation = settings.get("reservation")
     extra = " ".join(
         option
         for option in (
             f"--reservation={reservation}" if reservation else None,
-            slurm.get("slurm_extra"),
+            settings.get("slurm_extra"),
         )
         if option
     )
+    return {
+        "slurm_account": settings.get("account"),
+        "qos": settings.get("qos"),
+        "slurm_extra": extra or None,
+    }
+
+
+def gpu_request_of(gpu_settings: Mapping[str, Any], site: Mapping[str, Any]) -> GpuRequest:
+    """What a job on this `gpus.<gpu>` entry's device asks for, with the site's settings
+    (`site`: the config's `slurm:`) where the GPU sets none of its own."""
+    on_gpu = gpu_settings["device"] == "gpu"
+    slurm = gpu_settings.get("slurm") or {}
+    gres = slurm.get("gres") if on_gpu else None
     return GpuRequest(
         # a GRES request names the GPU itself: no `gpu` as well
         gpu=1 if on_gpu and not gres else 0,
@@ -839,10 +859,24 @@ def gpu_request_of(gpu_settings: Mapping[str, Any]) -> GpuRequest:
         gres=gres,
         slurm_partition=slurm.get("partition"),
         constraint=slurm.get("constraint"),
-        slurm_account=slurm.get("account"),
-        qos=slurm.get("qos"),
-        slurm_extra=extra or None,
+        **site_request(site_settings(site, slurm)),
     )
+
+
+def check_slurm_extra(config: Mapping[str, Any], forbidden: Mapping[str, str]) -> None:
+    """Every `slurm_extra` of the config against the options the SLURM executor plugin sets
+    itself (``forbidden``: its own table, pattern -> option name): a clash fails now, not at
+    the first submission."""
+    places = {"slurm": config.get("slurm") or {}}
+    places |= {f"gpus.{g}.slurm": s.get("slurm") or {} for g, s in config["gpus"].items()}
+    for where, settings in places.items():
+        extra = settings.get("slurm_extra") or ""
+        for pattern, option in forbidden.items():
+            if re.search(pattern, extra):
+                raise ConfigError(
+                    f"{where}.slurm_extra {extra!r} sets the {option}, which the SLURM executor "
+                    f"plugin sets itself: use {where}'s own setting or the rule's resources"
+                )
 
 
 def runtime_minutes(

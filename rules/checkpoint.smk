@@ -10,6 +10,7 @@ rule prepare_checkpoint:
     container:
         container_of("framework")
     resources:
+        **site_resources(),
         mem_mb=framework_mem_mb,
         runtime=model_runtime("prepare_checkpoint"),
     params:

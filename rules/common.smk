@@ -25,6 +25,11 @@ SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
 validate(config, SCHEMA)
 dbconfig.check_sizings(config, dbconfig.load_yaml(SCHEMA))
 images.check_images(config)
+try:  # the options the SLURM executor plugin sets itself (its own table), where it is installed
+    from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+except ImportError:
+    get_forbidden_slurm_options = dict
+dbplan.check_slurm_extra(config, get_forbidden_slurm_options())
 USE_APPTAINER = (
     DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
 )
@@ -199,7 +204,9 @@ def preflight_spec(wildcards):
 
 def preflight_resources():
     """For `resources:` of the preflight_check rule: what a job on that GPU asks for."""
-    return request_resources(lambda w: dbplan.gpu_request_of(config["gpus"][w.gpu]))
+    return request_resources(
+        lambda w: dbplan.gpu_request_of(config["gpus"][w.gpu], config["slurm"])
+    )
 
 
 # Targets that start runs (their results, or the rules that stand for runs).
@@ -404,6 +411,24 @@ def run_group(step=None):
         return plan_of(w).group_of(job)
 
     return group
+
+
+def site_resources(step=None):
+    """For `resources:` of the CPU-only jobs (checkpoint, export, repository): the site's
+    account, QOS, reservation and extra options (`slurm:`), as every job asks for them. A run's
+    ``step`` in the run's group job asks for none: the group job takes its GPU jobs' (SLURM
+    takes one value for the whole allocation)."""
+    request = dbplan.site_request(config["slurm"])
+
+    def setting(key):
+        def value(w):
+            if step is not None and plan_of(w).group_of(step) is not None:
+                return None
+            return request[key]
+
+        return value
+
+    return {key: setting(key) for key in request}
 
 
 def run_runtime(step):

@@ -15,6 +15,7 @@ rule export:
     container:
         container_of("framework")
     resources:
+        **site_resources(),
         mem_mb=framework_mem_mb,
         runtime=model_runtime("export"),
     params:

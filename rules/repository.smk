@@ -13,6 +13,7 @@ rule repository:
     container:
         container_of("framework")
     resources:
+        **site_resources("repository"),
         runtime=run_runtime("repository"),
     params:
         spec=run_spec("repository"),

@@ -160,6 +160,70 @@ def test_site_settings_become_the_plugins_resources():
     assert (cpu.gpu, cpu.gres, cpu.slurm_extra) == (0, None, None)
 
 
+def test_the_sites_settings_apply_where_a_gpu_sets_none():
+    """`slurm:` is every job's (CPU devices' too); a GPU's own replace it, key by key."""
+    config = base_config()
+    config["slurm"] = {"account": "site", "qos": "normal", "reservation": "maint"}
+    config["gpus"]["A30"]["slurm"].update(account="gpu_project")
+    config = validated(config)
+    a30 = dbplan.plan_run(config, *RUN).gpu_request
+    assert (a30.slurm_account, a30.qos, a30.slurm_extra) == (
+        "gpu_project", "normal", "--reservation=maint"
+    )  # fmt: skip
+    cpu = dbplan.plan_run(config, "tft", "cpu", "onnx", "fp32").gpu_request
+    assert (cpu.slurm_account, cpu.qos) == ("site", "normal")
+    assert dbplan.site_request(config["slurm"]) == {
+        "slurm_account": "site", "qos": "normal", "slurm_extra": "--reservation=maint"
+    }  # fmt: skip
+
+
+def test_extra_options_the_plugin_sets_itself_are_refused():
+    from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+
+    forbidden = get_forbidden_slurm_options()
+    config = config_with(slurm_extra="--exclusive --nice=5")
+    dbplan.check_slurm_extra(config, forbidden)
+    for extra, option in (("--time=5", "runtime/time limit"), ("--gpus=2", "GPU allocation")):
+        config = config_with(slurm_extra=extra)
+        with pytest.raises(ConfigError, match=rf"gpus.A30.slurm.slurm_extra '{extra}' sets the "):
+            dbplan.check_slurm_extra(config, forbidden)
+        assert option in forbidden.values()
+
+
+def test_dry_run_shows_the_site_settings_on_every_gpu_job(tmp_path):
+    """What the dry run lists is what the plugin turns into sbatch options (the real cluster's
+    sbatch calls: tests/test_slurm.py); CPU-only jobs carry the site's, not the GPU's."""
+    config = base_config()
+    config["slurm"] = {"account": "site"}
+    config["gpus"]["A30"]["slurm"].update(
+        gres="gpu:a30:1", account="proj", qos="high", reservation="maint", slurm_extra="--nice=5"
+    )
+    write_config(tmp_path, config)
+    result = slurm_snakemake(
+        tmp_path, "results/tft/A30/trt/fp16/online.csv", timeout_s=120, dry_run=True
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    jobs = job_resources(out)
+    site = {
+        "gpu": "0",
+        "gres": "gpu:a30:1",
+        "slurm_account": "proj",
+        "qos": "high",
+        "slurm_extra": "--reservation=maint --nice=5",
+        "slurm_partition": "gpu",
+    }
+    for rule in ("convert", "online"):
+        [resources] = jobs[rule]
+        assert site.items() <= resources.items(), (rule, resources)
+        assert "gpu_model" not in resources
+    # CPU-only jobs: the site's account, none of the GPU's settings
+    for rule in ("prepare_checkpoint", "export"):
+        [resources] = jobs[rule]
+        assert resources["slurm_account"] == "site", (rule, resources)
+        assert not {"gres", "qos", "slurm_extra"} & resources.keys(), rule
+
+
 @pytest.mark.parametrize(
     ("slurm", "bad"),
     [
