@@ -220,28 +220,14 @@ def preflight_runs():
     targets = [str(t) for t in workflow.dag_settings.targets]
     if "preflight" not in targets:
         return config["targets"]
-    starting = [
-        t
-        for t in targets
-        if t in RUN_RULES
-        or (RUN_TARGET.match(t) and RUN_TARGET.match(t)[1] != "preflight")
-    ]
+    matches = [m for t in targets if (m := RUN_TARGET.match(t)) and m[1] != "preflight"]
+    starting = [t for t in targets if t in RUN_RULES] + [m.string for m in matches]
     if starting:
-        runs = sorted(
-            {
-                "/".join(RUN_TARGET.match(t).groups())
-                for t in starting
-                if RUN_TARGET.match(t)
-            }
-        )
-        named = (
-            f"targets=[{','.join(runs)}]"
-            if runs
-            else "targets=[<model>/<gpu>/<format>/<precision>]"
-        )
+        runs = ",".join(sorted({"/".join(m.groups()) for m in matches}))
         raise dbconfig.ConfigError(
             f"`preflight` checks runs without starting them, but {', '.join(starting)} would "
-            f"start them: name the runs to check with --config '{named}' instead"
+            "start them: name the runs to check with "
+            f"--config 'targets=[{runs or '<model>/<gpu>/<format>/<precision>'}]' instead"
         )
     return config["targets"]
 
