@@ -363,7 +363,6 @@ def gpu_resources():
 # --- Time limits (deploybench/schedule.py): on a GPU whose partition caps a job's time
 # (`gpus.<gpu>.slurm.max_runtime`), scenarios are measured in parts and merged (rules/perf.smk).
 PARTED_GPUS = dbplan.gpus_measured_in_parts(config)
-WHOLE_SCENARIO_GPUS = sorted(set(config["gpus"]) - set(PARTED_GPUS))
 PART_STEM = f"{RUN_DIR}/parts/{{scenario}}.{{part}}"
 PART_LOG = f"{LOG_DIR}/parts/{{scenario}}.{{part}}"
 

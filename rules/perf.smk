@@ -23,7 +23,6 @@ rule offline:
         perf_log=f"{LOG_DIR}/{{scenario}}.perf_analyzer.log",
     wildcard_constraints:
         scenario="offline",
-        gpu=one_of(WHOLE_SCENARIO_GPUS),
     group:
         run_group()
     container:
@@ -43,7 +42,6 @@ rule offline:
 use rule offline as online with:
     wildcard_constraints:
         scenario="online",
-        gpu=one_of(WHOLE_SCENARIO_GPUS),
 
 
 # One part of a scenario's points: the same job over fewer points.
@@ -69,9 +67,14 @@ use rule offline_part as online_part with:
         gpu=one_of(PARTED_GPUS),
 
 
-# Reads and writes small CSVs: runs where Snakemake runs (in the measurements' image).
+# Reads and writes small CSVs: runs where Snakemake runs (in the measurements' image). On a GPU
+# measured in parts it makes the scenario's files (any other GPU: offline, online).
 localrules:
     merge_parts,
+
+
+ruleorder: merge_parts > offline
+ruleorder: merge_parts > online
 
 
 rule merge_parts:

@@ -287,23 +287,23 @@ def test_parts_merge_into_the_scenarios_files(tmp_path):
 
 @pytest.mark.e2e
 def test_a_scenario_measured_in_parts_is_merged_into_its_usual_files(copy_of):
-    """For real, on the CPU default (a copy of the smoke run): TFT online over three points,
-    with a `max_runtime` that fits two, is measured as two part jobs, each with its own server,
-    and merge_parts writes online.csv, its trials and provenance as one job would: the same
+    """For real, on the CPU default (a copy of the smoke run): TFT online over two points, with
+    a `max_runtime` that fits one, is measured as two part jobs, each with its own server, and
+    merge_parts writes online.csv, its trials and provenance as one job would: the same
     columns, every point in order, and each part's record kept."""
     wd = copy_of
     run = "results/tft/cpu/onnx/fp32"
     config = yaml.safe_load((wd / "config" / "config.yaml").read_text())
     perf = config["sizings"]["cpu"]["tft"]["perf"]
-    perf.update(ONCE_A_POINT)
-    perf["online"] = {"concurrency": [1, 2, 4], "batch": 1}
-    # a minute a step and a point, no margin: two points fit 3 minutes, three do not
+    perf.update(ONCE_A_POINT, warmup_factor=0)
+    perf["online"] = {"concurrency": [1, 4], "batch": 1}
+    # a minute a step and a point, no margin: one point fits 2 minutes, two do not
     config["runtime"] = {
         "margin": 1,
         "per_point": 1,
         "steps": dict.fromkeys(config["runtime"]["steps"], 1),
     }
-    config["gpus"]["cpu"]["slurm"] = {"partition": None, "constraint": None, "max_runtime": 3}
+    config["gpus"]["cpu"]["slurm"] = {"partition": None, "constraint": None, "max_runtime": 2}
     write_config(wd, config)
     before_columns = (wd / run / "online.csv").read_text().splitlines()[0]
     result = run_snakemake(wd, f"{run}/online.csv", timeout=600)
@@ -314,16 +314,19 @@ def test_a_scenario_measured_in_parts_is_merged_into_its_usual_files(copy_of):
     assert "online" not in jobs  # the whole-scenario rule does not run on this GPU now
     rows = list(csv.DictReader((wd / run / "online.csv").open()))
     assert (wd / run / "online.csv").read_text().splitlines()[0] == before_columns
-    assert [(r["batch"], r["concurrency"]) for r in rows] == [("1", "1"), ("1", "2"), ("1", "4")]
+    assert [(r["batch"], r["concurrency"]) for r in rows] == [("1", "1"), ("1", "4")]
     part_points = [
         len(list(csv.DictReader((wd / run / "parts" / f"online.{k}.csv").open()))) for k in (0, 1)
     ]
-    assert part_points == [2, 1]
+    assert part_points == [1, 1]
     trials = list(csv.DictReader((wd / run / "online.trials.csv").open()))
     assert len(trials) == len(rows)  # one trial a point
     record = json.loads((wd / run / "online.provenance.json").read_text())
     assert len(record["parts"]) == 2 and record["sha256"] == sha256_of(wd / run / "online.csv")
-    assert [len(p["config"]["points"]) for p in record["parts"]] == [2, 1]
+    assert [p["config"]["points"] for p in record["parts"]] == [
+        [{"batch": 1, "concurrency": 1}],
+        [{"batch": 1, "concurrency": 4}],
+    ]
     # each part had a server of its own
     for k in (0, 1):
         assert (wd / f"logs/tft/cpu/onnx/fp32/parts/online.{k}.server.log").stat().st_size > 0
