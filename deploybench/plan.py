@@ -425,8 +425,7 @@ class RunPlan:
                 f"{self.path}: {scenario} has parts 0 to {self.parts[scenario] - 1}, not {part}"
             )
         points = self.points[scenario]
-        per_part = math.ceil(len(points) / self.parts[scenario])
-        return tuple(points[part_slice(len(points), per_part, part)])
+        return tuple(points[part_slice(len(points), self.parts[scenario], part)])
 
     def convert_spec(self) -> ConvertSpec:
         if self.conversion is None:
@@ -501,7 +500,7 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
     conversion = conversion_of(run)
     points = {"offline": offline_points(run), "online": online_points(run)}
     trials = int(run.settings["perf"]["trials"])
-    max_runtime = (run.gpu_settings.get("slurm") or {}).get("max_runtime")
+    max_runtime = max_runtime_of(run.gpu_settings)
     runtime = {step: runtime_minutes(config, run.settings, step) for step in RUN_STEPS[:3]}
     parts: dict[str, int] = {}
     for scenario in SCENARIOS:
@@ -804,12 +803,15 @@ def run_info(run: Run, how: ServingSpec) -> RunInfo:
     }
 
 
+def max_runtime_of(gpu_settings: Mapping[str, Any]) -> int | None:
+    """A `gpus.<gpu>` entry's partition time limit (minutes), None for none."""
+    return (gpu_settings.get("slurm") or {}).get("max_runtime")
+
+
 def gpus_measured_in_parts(config: dict[str, Any]) -> list[str]:
     """The GPUs whose partition caps a job's time: their runs measure in parts."""
     return sorted(
-        name
-        for name, settings in config["gpus"].items()
-        if (settings.get("slurm") or {}).get("max_runtime") is not None
+        name for name, settings in config["gpus"].items() if max_runtime_of(settings) is not None
     )
 
 

@@ -18,8 +18,7 @@ numbers. Without a `max_runtime` nothing is split: one group job per run, as bef
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from .errors import ConfigError
 
@@ -57,11 +56,17 @@ def split_points(
             "runtime.margin or perf.trials, or use a partition with a longer MaxTime"
         )
     parts = math.ceil(points / fit)
-    return parts, math.ceil(points / parts)
+    return parts, points_per_part(points, parts)
 
 
-def part_slice(points: int, per_part: int, part: int) -> slice:
-    """The points of part ``part`` (0-based) of a scenario split ``per_part`` a part."""
+def points_per_part(points: int, parts: int) -> int:
+    """The most points a part of a scenario of ``points`` points in ``parts`` parts measures."""
+    return math.ceil(points / parts)
+
+
+def part_slice(points: int, parts: int, part: int) -> slice:
+    """The points of part ``part`` (0-based) of a scenario of ``points`` points in ``parts``."""
+    per_part = points_per_part(points, parts)
     return slice(part * per_part, min(points, (part + 1) * per_part))
 
 
@@ -86,7 +91,7 @@ def pack_groups(
 def describe(
     run: str,
     jobs: Sequence[tuple[str, int]],
-    groups: dict[str, str | None] | Any,
+    groups: Mapping[str, str | None],
     max_runtime: int | None,
 ) -> list[str]:
     """What a run's jobs ask a cluster for, one line per submission (the preflight logs it)."""
