@@ -333,13 +333,81 @@ def check_gpu_visible(spec: PreflightSpec, probe: GpuProbe) -> Check:
     return Check(name, PASS, f"{len(names)} GPU(s): {listed}", facts=facts)
 
 
-def check_driver(spec: PreflightSpec, probe: GpuProbe) -> Check:
+# The CUDA driver API in the job's own process, as every CUDA program there will load it: the
+# driver's libcuda.so.1 (Apptainer's --nv binds the host's into the container), or the image's
+# CUDA forward-compatibility libcuda where it is loaded instead. cuInit and cuDriverGetVersion
+# are the driver API's own calls (cuda.h); the version is the CUDA release that libcuda
+# implements (12080 = 12.8), which is what an image built on that CUDA needs.
+CUDA_DRIVER_PROBE = textwrap.dedent(
+    """
+    import ctypes, json
+    info = {}
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        info["error"] = f"libcuda.so.1 does not load: {exc}"
+    else:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcuda.so" in line}
+        info["library"] = sorted(paths)
+        status = lib.cuInit(0)
+        info["cuInit"] = status
+        if status:
+            name = ctypes.c_char_p()
+            getter = getattr(lib, "cuGetErrorName", None)
+            if getter is not None and getter(status, ctypes.byref(name)) == 0 and name.value:
+                info["cuInit_name"] = name.value.decode()
+        version = ctypes.c_int(0)
+        info["version"] = version.value if lib.cuDriverGetVersion(ctypes.byref(version)) == 0 else None
+    print("PREFLIGHT " + json.dumps(info))
+    """
+)
+CUDA_PROBE_TIMEOUT_S = 60
+# cuda.h's CUresult names, for a libcuda without cuGetErrorName (or one that cannot name it).
+CUDA_ERRORS = {
+    3: "CUDA_ERROR_NOT_INITIALIZED",
+    35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
+    100: "CUDA_ERROR_NO_DEVICE",
+    803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+    804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+}
+# NVIDIA's CUDA forward compatibility: an older data center driver runs a newer CUDA only with
+# the cuda-compat package's libcuda loaded in its place
+# (https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html). NVIDIA's CUDA
+# images install it under /usr/local/cuda/compat (`/usr/local/cuda-12.8/compat/libcuda.so.1` in
+# nvidia/cuda:12.8.1, NVIDIA/nvidia-container-toolkit PR 1055); Apptainer's --nv puts the host's
+# libcuda first instead, so nothing in `apptainer exec` loads the compat one by itself.
+COMPAT_LIBRARY_DIR = "/usr/local/cuda/compat"
+
+
+def cuda_version_of(text: str | None) -> tuple[int, int] | None:
+    """``"12.8.0.38"`` -> (12, 8); None when it is not a CUDA version."""
+    match = re.match(r"\s*(\d+)\.(\d+)", str(text or ""))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def probe_cuda_driver(timeout_s: float = CUDA_PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """``cuInit`` and ``cuDriverGetVersion`` in a child process of the job's Python (a driver
+    that hangs or crashes it cannot take the job along): its result, or ``{"error": ...}``."""
+    info, why = _python_probe(CUDA_DRIVER_PROBE, [], timeout_s)
+    return info or {"error": f"the CUDA driver probe failed: {why}"}
+
+
+def check_driver(
+    spec: PreflightSpec,
+    probe: GpuProbe,
+    cuda: Callable[[], dict[str, Any]] = probe_cuda_driver,
+) -> Check:
+    """The driver runs the image's CUDA when CUDA initialises in the job and its driver API
+    implements at least the image's CUDA release. The release notes' table of driver branches
+    (:func:`driver_supports`) only explains a failure: a forward-compatible branch passes the
+    table yet fails here when the compat libcuda is not the one loaded."""
     name = "driver"
     if probe.error:
         return Check(name, FAIL, f"no driver to check: {probe.error}", gpu_fix(spec))
     driver = probe.gpus[0]["driver_version"]
     release = spec["release"] or {}
-    facts = {"driver": driver, "cuda": release.get("cuda")}
+    facts: dict[str, Any] = {"driver": driver, "cuda": release.get("cuda")}
     if not release.get("driver"):
         return Check(
             name,
@@ -349,17 +417,54 @@ def check_driver(spec: PreflightSpec, probe: GpuProbe) -> Check:
             facts=facts,
         )
     datacenter = all(is_datacenter_gpu(g["name"]) for g in probe.gpus)
-    ok, why = driver_supports(driver, release["driver"], datacenter=datacenter)
-    detail = f"{why} (the image's CUDA {release.get('cuda')})"
-    if ok:
-        return Check(name, PASS, detail, facts=facts)
+    table_ok, table_why = driver_supports(driver, release["driver"], datacenter=datacenter)
+    result = cuda()
+    facts["cuda_driver_api"] = result
+    needed = cuda_version_of(release.get("cuda"))
+    update = (
+        f"update the nodes' driver to {release['driver']['minimum']} or later, or use an older "
+        f"NGC release whose CUDA this driver runs (images.{spec['image']}.from)"
+    )
+    compat = (
+        f"; or, on a forward-compatible data center branch, make the job load the image's "
+        f"CUDA forward-compatibility libcuda (under {COMPAT_LIBRARY_DIR}) ahead of the host's "
+        f"that --nv binds (images.{spec['image']}.definition)"
+        if datacenter
+        else ""
+    )
+    table = f"release notes: {table_why}"
+    if "error" in result:
+        return Check(name, FAIL, f"{result['error']} ({table})", gpu_fix(spec), facts)
+    status = int(result.get("cuInit", -1))
+    if status != 0:
+        error = result.get("cuInit_name") or CUDA_ERRORS.get(status, "unknown CUresult")
+        return Check(
+            name,
+            FAIL,
+            f"cuInit failed with {error} ({status}) under driver {driver} ({table})",
+            update + compat,
+            facts,
+        )
+    version = result.get("version")
+    implements = (int(version) // 1000, int(version) % 1000 // 10) if version else None
+    shown = f"{implements[0]}.{implements[1]}" if implements else "an unknown CUDA"
+    loaded = ", ".join(result.get("library") or []) or "libcuda.so.1"
+    if needed is not None and (implements is None or implements < needed):
+        return Check(
+            name,
+            FAIL,
+            f"CUDA initialises, but the driver API ({loaded}) implements CUDA {shown}, older "
+            f"than the image's CUDA {release.get('cuda')} ({table})",
+            update + compat,
+            facts,
+        )
+    note = "" if table_ok else f"; the release notes' table alone would fail it: {table_why}"
     return Check(
         name,
-        FAIL,
-        detail,
-        f"update the nodes' driver to {release['driver']['minimum']} or later, or use an older "
-        f"NGC release whose CUDA this driver runs (images.{spec['image']}.from)",
-        facts,
+        PASS,
+        f"cuInit succeeds; the driver API ({loaded}) implements CUDA {shown} for the image's "
+        f"CUDA {release.get('cuda')} (driver {driver}){note}",
+        facts=facts,
     )
 
 

@@ -238,9 +238,16 @@ def test_driver_check_uses_the_image_release_and_the_gpu_kind():
     probe = preflight.GpuProbe(
         [{"name": "NVIDIA GeForce RTX 3090", "driver_version": "535.104.05", "uuid": "GPU-1"}], ""
     )
-    check = preflight.check_driver(spec_of("A30", "triton-25.01"), probe)
+
+    # what the driver API answers on such a node (tests/test_cuda_driver.py runs the real probe
+    # against a stand-in libcuda)
+    def cuda() -> dict[str, Any]:
+        return {"cuInit": 803, "version": 12020, "library": ["/.singularity.d/libs/libcuda.so.1"]}
+
+    check = preflight.check_driver(spec_of("A30", "triton-25.01"), probe, cuda)
     assert check.status == "fail" and "update the nodes' driver to 570" in check.fix
-    assert "CUDA 12.8.0.38" in check.detail
+    assert "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)" in check.detail
+    assert "only on data center GPUs" in check.detail and "compat" not in check.fix
     no_release = preflight.check_driver(spec_of("A30", "triton-25.01", release=None), probe)
     assert no_release.status == "skip" and "535.104.05" in no_release.detail
 
