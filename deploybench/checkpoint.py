@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from .checkpoint_io import (
     load_checkpoint,
+    non_finite_tensors,
     read_framework_checkpoint,
     read_state_dict,
     resolve_checkpoint_file,
     write_framework_checkpoint,
 )
+from .errors import CheckpointError
 
 if TYPE_CHECKING:
     from .models import Family
@@ -56,6 +58,13 @@ def prepare_checkpoint(
     ``ema``: read the checkpoint's exponential-moving-average weights."""
     if source:
         data = family.read_checkpoint(source, ema=ema)
+        bad = non_finite_tensors(data["model"], family.infinite_by_design)
+        if bad:
+            shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            raise CheckpointError(
+                f"checkpoint {source}: {len(bad)} tensor(s) hold NaN or Inf (a diverged "
+                f"training run?): {shown}. Configure a checkpoint saved before the divergence"
+            )
         family.serving_module(data)  # fails early if it does not fit the hyper-parameters
         save_checkpoint(family, {"model": data["model"]}, out)
         return f"checkpoint {source}" + (" (EMA weights)" if ema else "")

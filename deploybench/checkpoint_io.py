@@ -15,6 +15,7 @@ A leaf: ``models/`` and the jobs import it, it imports neither.
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import zipfile
 from collections.abc import Callable
@@ -105,6 +106,31 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"{file}: not a DLE-layout checkpoint (a dict with a 'model' state dict)"
         )
     return data
+
+
+def non_finite_tensors(
+    weights: dict[str, Any], infinite_by_design: tuple[str, ...] = ()
+) -> list[str]:
+    """The floating-point tensors of ``weights`` (torch tensors or numpy arrays) that hold NaN
+    or infinities, each as ``name (k NaN, j Inf)``. Infinities in a tensor matched by a pattern
+    of ``infinite_by_design`` (fnmatch, e.g. an attention mask's -inf) are the model's own; NaN
+    is never."""
+    found = []
+    for name, value in weights.items():
+        if hasattr(value, "detach"):  # a torch tensor: counted in torch, no copy
+            if not value.is_floating_point():
+                continue
+            nan, inf = int(value.isnan().sum()), int(value.isinf().sum())
+        else:
+            array = np.asarray(value)
+            if not np.issubdtype(array.dtype, np.floating):
+                continue
+            nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+        if inf and any(fnmatch.fnmatchcase(name, p) for p in infinite_by_design):
+            inf = 0
+        if nan or inf:
+            found.append(f"{name} ({nan} NaN, {inf} Inf)")
+    return found
 
 
 # Where DLE's training scripts keep the network's weights inside the saved dict, in order:

@@ -14,6 +14,7 @@ so they can be checked without a GPU.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -24,10 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError, NeedsGPU
+from .errors import ConfigError, ConversionError, NeedsGPU
 from .io import MIB, atomic_path
 from .provenance import package_versions
 from .tensors import ONNX_TO_NUMPY, TensorSpec
+
+log = logging.getLogger(__name__)
 
 CONVERTERS = ("tensorrt", "onnx-fp16", "torchscript-fp16", "tf-trt")
 NEEDS_GPU = frozenset({"tensorrt", "torchscript-fp16", "tf-trt"})
@@ -191,13 +194,48 @@ def artifact_inputs(family_inputs: list[TensorSpec], onnx: Path) -> list[TensorS
     return [s for s in family_inputs if s.name in taken]
 
 
-def onnx_fp16(source: Path, out: Path, *, op_block_list: list[str] | None = None) -> None:
+# float16's largest finite value; onnxconverter-common clips weights beyond its own
+# max_finite_val (1e4 by default: float16.convert_np_to_float16) to that value, with a bare
+# warning that names no tensor.
+FLOAT16_MAX = 65504.0
+ONNX_FP16_CLIP = 1e4
+
+
+def out_of_range(named: Mapping[str, np.ndarray], limit: float) -> dict[str, tuple[int, float]]:
+    """The tensors holding finite values beyond ``±limit``, each with how many and the largest
+    magnitude: what a cast to float16 makes infinite (limit 65504) or the converter clips."""
+    found = {}
+    for name, array in named.items():
+        values = np.asarray(array)
+        if not np.issubdtype(values.dtype, np.floating):
+            continue
+        beyond = np.isfinite(values) & (np.abs(values) > limit)
+        if beyond.any():
+            found[name] = (int(beyond.sum()), float(np.abs(values[beyond]).max()))
+    return found
+
+
+def describe_out_of_range(found: Mapping[str, tuple[int, float]]) -> list[str]:
+    return [f"{name} ({count} values, max |x| {peak:.4g})" for name, (count, peak) in found.items()]
+
+
+def onnx_fp16(source: Path, out: Path, *, op_block_list: list[str] | None = None) -> list[str]:
     """float16 weights and compute with float32 graph inputs and outputs, so the served
-    signature, the clients and the accuracy reference stay those of the fp32 export."""
+    signature, the clients and the accuracy reference stay those of the fp32 export. Returns the
+    weights the converter clipped to ±1e4 (named in the log and the conversion's record)."""
     import onnx
+    from onnx import numpy_helper
     from onnxconverter_common import float16
 
     model = onnx.load(str(source))
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    clipped = out_of_range(weights, ONNX_FP16_CLIP)
+    for name, (count, peak) in clipped.items():
+        beyond = ", beyond float16's range" if peak > FLOAT16_MAX else ""
+        log.warning(
+            "onnx-fp16 clips %d values of weight %s to ±%g (max |x| %.4g%s)",
+            count, name, ONNX_FP16_CLIP, peak, beyond,
+        )  # fmt: skip
     kwargs: dict[str, Any] = {"keep_io_types": True}
     if op_block_list:
         # The converter's own block list (ops with no fp16 kernels) plus the configured ones.
@@ -205,6 +243,7 @@ def onnx_fp16(source: Path, out: Path, *, op_block_list: list[str] | None = None
     converted = float16.convert_float_to_float16(model, **kwargs)
     with atomic_path(out) as tmp:
         onnx.save(converted, str(tmp))
+    return describe_out_of_range(clipped)
 
 
 # ---------------------------------------------------------------------------- TorchScript
@@ -219,7 +258,22 @@ def torchscript_fp16(
     with the model's example inputs; a scripted model stays scripted inside it."""
     import torch
 
-    inner = torch.jit.load(str(source), map_location=device).eval().half()
+    inner = torch.jit.load(str(source), map_location=device).eval()
+    overflow = describe_out_of_range(
+        out_of_range(
+            {
+                name: tensor.detach().cpu().numpy()
+                for name, tensor in [*inner.named_parameters(), *inner.named_buffers()]
+            },
+            FLOAT16_MAX,
+        )
+    )
+    if overflow:
+        raise ConversionError(
+            f"{source}: {len(overflow)} weight tensor(s) hold values beyond float16's ±65504, "
+            f"which fp16 makes infinite: {', '.join(overflow)}"
+        )
+    inner = inner.half()
 
     class Float32Io(torch.nn.Module):
         def __init__(self) -> None:
@@ -339,7 +393,10 @@ def convert(
     elif converter == "onnx-fp16":
         blocked = list(settings.get("op_block_list") or [])
         record["parameters"] = {"keep_io_types": True, "op_block_list": blocked}
-        job = lambda: onnx_fp16(source, out, op_block_list=blocked)
+
+        def job() -> None:
+            record["clipped_weights"] = onnx_fp16(source, out, op_block_list=blocked)
+
     elif converter == "torchscript-fp16":
         record["parameters"] = {"device": "cuda", "io": "float32", "compute": "float16"}
         job = lambda: torchscript_fp16(source, out, example_inputs(1), device="cuda")

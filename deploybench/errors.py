@@ -32,6 +32,11 @@ class UnsafePickleError(CheckpointError, pickle.UnpicklingError):
 # --- a step that failed ---------------------------------------------------------------------
 
 
+class ConversionError(DeploybenchError, RuntimeError):
+    """A conversion that would serve something other than its row says: weights that the
+    target precision cannot hold, or an engine that was not built."""
+
+
 class AccuracyError(DeploybenchError):
     """The served model does not match the framework within tolerance, or misses its task
     metric's threshold."""

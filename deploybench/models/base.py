@@ -36,6 +36,15 @@ def check_hparams(config_class: type, values: dict[str, Any], name: str) -> None
 
 # A batch from a data set: feeds by input name, and the labels the task metric needs.
 Batch = tuple[dict[str, np.ndarray], Any]
+# Model-specific accuracy quantities: output name -> quantity name -> value.
+Quantities = dict[str, dict[str, float]]
+
+
+def argmax_flip_fraction(reference: np.ndarray, actual: np.ndarray, axis: int = -1) -> float:
+    """The share of arg-maxes over ``axis`` that differ between two score arrays of one shape."""
+    ref = np.argmax(np.asarray(reference), axis=axis)
+    act = np.argmax(np.asarray(actual), axis=axis)
+    return float(np.mean(ref != act)) if ref.size else 0.0
 
 
 class Family:
@@ -48,6 +57,9 @@ class Family:
     # The task metric of the seed page: its name and whether higher is better.
     metric_name: str = ""
     higher_is_better: bool = True
+    # Weights whose infinities are the model's own (fnmatch patterns of state-dict names, e.g. a
+    # causal attention mask's -inf); any other non-finite weight refuses the checkpoint.
+    infinite_by_design: tuple[str, ...] = ()
 
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
         raise NotImplementedError
@@ -69,6 +81,15 @@ class Family:
     def framework_outputs(self, module: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The framework's outputs for ``feeds`` by output name: the reference for every check."""
         raise NotImplementedError
+
+    def accuracy_quantities(
+        self, reference: dict[str, np.ndarray], actual: dict[str, np.ndarray]
+    ) -> Quantities:
+        """What the model's outputs mean beyond element errors, ``actual`` against ``reference``
+        (the framework's outputs for the same feeds), by output name: e.g. the share of
+        samples whose arg-max moved. Reported beside max abs/rel errors
+        (:func:`deploybench.accuracy.measure`); none by default."""
+        return {}
 
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None

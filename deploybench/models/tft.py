@@ -442,6 +442,8 @@ class TFTFamily(TorchFamily):
     """The workflow's view of TFT: build, checkpoint, serving module, example inputs."""
 
     name = "TFT"
+    # The attention's causal mask: -inf above the diagonal (a buffer DLE's checkpoints carry).
+    infinite_by_design = ("*attention._mask",)
     metric_name = "quantile_risk_p50"
     higher_is_better = False
 
