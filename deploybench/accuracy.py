@@ -3,6 +3,9 @@
 Per-output tolerances as in Model Navigator's correctness check: an element passes when
 ``|served - framework| <= atol + rtol * |framework|``. A miss is an error, never a silent row.
 The served outputs come from :mod:`deploybench.triton_client`; this module only compares.
+Beside the verdict, :func:`measure` gives each output's errors and what they mean for the model
+(its family's ``accuracy_quantities``: arg-max flips, moved durations); the accuracy step and
+``benchmarks/fp16_accuracy.py`` report the same figures.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from .errors import AccuracyError, ConfigError, DataError
 
 if TYPE_CHECKING:
     from .models import Family
+    from .models.base import Quantities
 
 COLUMNS = [
     "output",
@@ -28,7 +32,10 @@ COLUMNS = [
     "rtol",
     "mismatch_fraction",
     "passed",
+    # the model's own quantities for this output (Family.accuracy_quantities): "name=value; ..."
+    "quantities",
 ]
+ERROR_KEYS = ("max_abs_err", "max_rel_err")
 
 
 TASK_COLUMNS = [
@@ -43,14 +50,58 @@ TASK_COLUMNS = [
 ]
 
 
+def max_errors(expected: np.ndarray, got: np.ndarray) -> dict[str, float]:
+    """The largest absolute error and the largest error relative to ``|expected|`` (floored at
+    1e-12). NaN propagates: a NaN output shows as a NaN error, not as a small one."""
+    exp = np.asarray(expected, dtype=np.float64)
+    diff = np.abs(np.asarray(got, dtype=np.float64) - exp)
+    if not diff.size:
+        return {"max_abs_err": 0.0, "max_rel_err": 0.0}
+    return {
+        "max_abs_err": float(diff.max()),
+        "max_rel_err": float((diff / np.maximum(np.abs(exp), 1e-12)).max()),
+    }
+
+
+def measure(
+    reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], family: Family | None = None
+) -> Quantities:
+    """Per output of ``reference``: its ``max_errors`` against ``actual`` and the family's own
+    quantities (``Family.accuracy_quantities``). Outputs of different shapes (a FastPitch mel
+    whose frame count moved) are compared over their common part and say ``shape_differs``."""
+    measured: Quantities = {}
+    for name, expected in reference.items():
+        if name not in actual:
+            raise AccuracyError(f"output {name!r} missing from the served model's response")
+        exp, got = np.asarray(expected), np.asarray(actual[name])
+        figures: dict[str, float] = {}
+        if exp.shape != got.shape:
+            if exp.ndim != got.ndim:
+                raise AccuracyError(f"output {name!r}: shape {got.shape} != expected {exp.shape}")
+            common = tuple(slice(0, min(a, b)) for a, b in zip(exp.shape, got.shape, strict=True))
+            exp, got = exp[common], got[common]
+            figures["shape_differs"] = 1.0
+        measured[name] = {**max_errors(exp, got), **figures}
+    derived = family.accuracy_quantities(reference, actual) if family is not None else {}
+    for name, figures in derived.items():
+        measured.setdefault(name, {}).update(figures)
+    return measured
+
+
+def format_quantities(figures: dict[str, float]) -> str:
+    """A model's own quantities of one output as ``name=value; ...`` (errors left out)."""
+    return "; ".join(f"{k}={v:.4g}" for k, v in figures.items() if k not in ERROR_KEYS)
+
+
 def compare_outputs(
     reference: dict[str, np.ndarray],
     actual: dict[str, np.ndarray],
     tolerance: dict[str, dict[str, float]],
     batch: int,
+    family: Family | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per output with the error statistics and the verdict."""
-    rows = []
+    """One row per output with the error statistics and the verdict; with ``family``, its
+    own quantities too (``quantities``, see :func:`measure`)."""
     for name, expected in reference.items():
         if name not in tolerance:
             raise ConfigError(
@@ -58,34 +109,52 @@ def compare_outputs(
             )
         if name not in actual:
             raise AccuracyError(f"output {name!r} missing from the served model's response")
+        shape = np.shape(actual[name])
+        if shape != np.shape(expected):
+            raise AccuracyError(
+                f"output {name!r}: shape {shape} != expected {np.shape(expected)}"
+                + _quantities_note(reference, actual, family)
+            )
+    measured = measure(reference, actual, family)
+    rows = []
+    for name, expected in reference.items():
         got = np.asarray(actual[name], dtype=np.float64)
         exp = np.asarray(expected, dtype=np.float64)
-        if got.shape != exp.shape:
-            raise AccuracyError(f"output {name!r}: shape {got.shape} != expected {exp.shape}")
         atol, rtol = float(tolerance[name]["atol"]), float(tolerance[name]["rtol"])
         # Arg-max outputs (nnU-Net labels) flip on near-ties between runtimes: a share of
         # elements may then be outside atol/rtol.
         allowed = float(tolerance[name].get("mismatch_fraction", 0.0))
-        diff = np.abs(got - exp)
-        bad = ~(diff <= atol + rtol * np.abs(exp))  # NaN counts as a mismatch
+        bad = ~(np.abs(got - exp) <= atol + rtol * np.abs(exp))  # NaN counts as a mismatch
         rows.append(
             {
                 "output": name,
                 "batch": batch,
                 "elements": int(exp.size),
                 "mismatched": int(bad.sum()),
-                # NaN propagates: a NaN output shows as a NaN error, not as a small one
-                "max_abs_err": float(diff.max()) if diff.size else 0.0,
-                "max_rel_err": float((diff / np.maximum(np.abs(exp), 1e-12)).max())
-                if diff.size
-                else 0.0,
+                "max_abs_err": measured[name]["max_abs_err"],
+                "max_rel_err": measured[name]["max_rel_err"],
                 "atol": atol,
                 "rtol": rtol,
                 "mismatch_fraction": allowed,
                 "passed": bool(bad.sum() <= allowed * exp.size),
+                "quantities": format_quantities(measured[name]),
             }
         )
     return rows
+
+
+def _quantities_note(
+    reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], family: Family | None
+) -> str:
+    """The family's quantities for a failure message (why a FastPitch mel changed shape)."""
+    if family is None:
+        return ""
+    text = "; ".join(
+        f"{name}: {line}"
+        for name, figures in measure(reference, actual, family).items()
+        if (line := format_quantities(figures))
+    )
+    return f" ({text})" if text else ""
 
 
 def format_failure(rows: list[dict[str, Any]]) -> str:
@@ -93,7 +162,7 @@ def format_failure(rows: list[dict[str, Any]]) -> str:
     return "; ".join(
         f"{r['output']}: {r['mismatched']}/{r['elements']} elements outside atol={r['atol']:g} "
         f"rtol={r['rtol']:g} (max abs err {r['max_abs_err']:.3g}, max rel err "
-        f"{r['max_rel_err']:.3g})"
+        f"{r['max_rel_err']:.3g}{'; ' + r['quantities'] if r.get('quantities') else ''})"
         for r in bad
     )
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
+import struct
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -29,6 +29,7 @@ from .errors import ConfigError, ConversionError, NeedsGPU
 from .io import MIB, atomic_path
 from .provenance import package_versions
 from .tensors import ONNX_TO_NUMPY, TensorSpec
+from .trt_version import parse_banner, tf_trt_loaded_version
 
 log = logging.getLogger(__name__)
 
@@ -134,21 +135,30 @@ def tensorrt_command(
 
 def parse_trt_version(text: str) -> tuple[int, int] | None:
     """TensorRT's version from trtexec's banner, e.g. ``[TensorRT v8501]`` -> (8, 5)."""
-    match = re.search(r"TensorRT v(\d{4,6})\b", text)
-    if not match:
-        return None
-    digits = match.group(1)
-    # 8.x encodes as MNPP (8501), 10.x as MMNNPP (100100)
-    return (
-        (int(digits[0]), int(digits[1]))
-        if len(digits) == 4
-        else (int(digits[:2]), int(digits[2:4]))
-    )
+    release = parse_trt_release(text)
+    return None if release is None else _major_minor(release)
+
+
+def parse_trt_release(text: str) -> str | None:
+    """TensorRT's full version from trtexec's banner: ``[TensorRT v100800] [b43]`` ->
+    ``10.8.0.43`` (8.x encodes as MNPP, 8501; 9 and later as MMNNPP, 100800)."""
+    return parse_banner(text)
+
+
+def _major_minor(release: str) -> tuple[int, int]:
+    major, minor = release.split(".")[:2]
+    return int(major), int(minor)
+
+
+def trtexec_release() -> str | None:
+    """The full TensorRT version of the ``trtexec`` on PATH (its ``--help`` banner)."""
+    out = subprocess.run(["trtexec", "--help"], capture_output=True, text=True, check=False)
+    return parse_trt_release(out.stdout + out.stderr)
 
 
 def trtexec_version() -> tuple[int, int] | None:
-    out = subprocess.run(["trtexec", "--help"], capture_output=True, text=True, check=False)
-    return parse_trt_version(out.stdout + out.stderr)
+    release = trtexec_release()
+    return None if release is None else _major_minor(release)
 
 
 # ---------------------------------------------------------------------------- ONNX
@@ -298,7 +308,16 @@ def torchscript_fp16(
 
 
 def tf_trt_parameters(precision: str, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of ``tf.experimental.tensorrt.Converter`` (TrtGraphConverterV2)."""
+    """Keyword arguments of ``tf.experimental.tensorrt.Converter`` (TrtGraphConverterV2).
+
+    Explicit batch with one dynamic-shape profile (``use_dynamic_shape``, strategy ``Range``):
+    TensorRT 10 (the 25.xx images) has no implicit batch ("Implicit batch support is removed in
+    TensorRT 10.0", TensorRT C++ API, Deprecated List), and the converter does not choose for
+    itself: ``use_dynamic_shape=None`` "is equivalent to False", which converts with
+    ``use_implicit_batch=not self._use_dynamic_shape`` (tensorflow
+    python/compiler/tensorrt/trt_convert.py, TrtGraphConverterV2.__init__ and _run_conversion;
+    the same in TF 2.17 and 2.21). ``Range``: one profile from the smallest to the largest
+    shape that build() is given."""
     if precision not in ("fp32", "fp16"):
         raise ConfigError(f"TF-TRT precision {precision!r}; valid choices: fp16, fp32")
     return {
@@ -306,26 +325,121 @@ def tf_trt_parameters(precision: str, settings: Mapping[str, Any]) -> dict[str, 
         "max_workspace_size_bytes": int(settings["workspace_mb"]) * MIB,
         "minimum_segment_size": int(settings["minimum_segment_size"]),
         "maximum_cached_engines": int(settings["maximum_cached_engines"]),
+        "use_dynamic_shape": True,
+        "dynamic_shape_profile_strategy": "Range",
     }
 
 
 def tf_trt(
-    source: Path, out: Path, parameters: dict[str, Any], build_inputs: dict[str, np.ndarray]
-) -> None:
-    """Convert the SavedModel with TF-TRT and build its engines for ``build_inputs`` (a batch of
-    max_batch: in implicit-batch mode one engine then serves every smaller batch)."""
+    source: Path,
+    out: Path,
+    parameters: dict[str, Any],
+    build_inputs: list[dict[str, np.ndarray]],
+) -> dict[str, int]:
+    """Convert the SavedModel with TF-TRT and build its engines; returns what it built
+    (:func:`trt_engine_counts`).
+
+    ``build_inputs``: feeds at the smallest and the largest batch Triton sends. In explicit-batch
+    mode build() first runs them all to collect the shapes (the ``Range`` profile spans them),
+    then builds each engine once for that profile (trt_convert.py, TrtGraphConverterV2.build);
+    save() writes each TRTEngineOp's built engines to ``assets/trt-serialized-engine.<op>``
+    (TrtGraphConverterV2.save). TF-TRT leaves in TensorFlow whatever it cannot convert, so a
+    conversion that replaced nothing, or built no engine, would still be served and reported
+    as tf-trt: that fails here (:class:`ConversionError`) and writes no artifact."""
     import tensorflow as tf
 
     converter = tf.experimental.tensorrt.Converter(input_saved_model_dir=str(source), **parameters)
     converter.convert()
 
     def batches() -> Any:
-        yield {name: tf.constant(value) for name, value in build_inputs.items()}
+        for feeds in build_inputs:
+            yield {name: tf.constant(value) for name, value in feeds.items()}
 
     converter.build(input_fn=batches)
     with atomic_path(out) as tmp:
         tmp.unlink()  # TF writes the SavedModel directory itself
         converter.save(str(tmp))
+        counts = trt_engine_counts(tmp)
+        check_trt_engines(counts, parameters, out)
+    log.info("TF-TRT %s: %s", out, counts)
+    return counts
+
+
+TRT_ENGINE_OP = "TRTEngineOp"
+# save(): one file per TRTEngineOp (its name's last component), a TFRecord of its engines.
+TRT_ENGINE_ASSET = "trt-serialized-engine."
+
+
+def trt_engine_counts(saved_model: Path) -> dict[str, int]:
+    """TF-TRT's engines in a SavedModel: ``trt_engine_ops``, its TRTEngineOp nodes (in the
+    meta graphs and their function libraries, where a saved signature's body lives; one op may
+    appear in several functions: counted once, by name); ``ops_with_engine``, those with a
+    built engine saved with them; ``engines``, how many (one per profile or shape cached).
+
+    An op's engines are the records of its ``assets/trt-serialized-engine.<op>`` file: save()
+    writes one record per built engine and none for one that failed to build (tensorflow
+    compiler/tf2tensorrt/ops/trt_engine_resource_ops.cc, SerializeTRTResource). A static engine
+    (TF1's is_dynamic_op=False) is the op's ``serialized_segment`` instead."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((Path(saved_model) / "saved_model.pb").read_bytes())
+    static: dict[str, bool] = {}
+    for meta in saved.meta_graphs:
+        graph = meta.graph_def
+        nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+        for node in nodes:
+            if node.op != TRT_ENGINE_OP:
+                continue
+            name = node.name.split("/")[-1]
+            built = node.attr["static_engine"].b and bool(node.attr["serialized_segment"].s)
+            static[name] = static.get(name, False) or built
+    assets = Path(saved_model) / "assets"
+    engines = {
+        name: int(is_static) + _tfrecord_count(assets / (TRT_ENGINE_ASSET + name))
+        for name, is_static in static.items()
+    }
+    return {
+        "trt_engine_ops": len(engines),
+        "ops_with_engine": sum(1 for n in engines.values() if n > 0),
+        "engines": sum(engines.values()),
+    }
+
+
+def _tfrecord_count(path: Path) -> int:
+    """Records in a TFRecord file (0 if there is none): each a little-endian uint64 length, its
+    masked CRC (4 bytes), the data and the data's CRC (4 bytes)."""
+    if not path.is_file():
+        return 0
+    data = path.read_bytes()
+    count = offset = 0
+    while offset + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        offset += 12 + length + 4
+        if offset > len(data):
+            raise ConversionError(f"{path}: truncated TFRecord (record {count + 1})")
+        count += 1
+    return count
+
+
+def check_trt_engines(counts: Mapping[str, int], parameters: Mapping[str, Any], out: Path) -> None:
+    """Fail a TF-TRT conversion that would serve plain TensorFlow as tf-trt."""
+    if counts["trt_engine_ops"] == 0:
+        raise ConversionError(
+            f"{out}: TF-TRT replaced no subgraph with a {TRT_ENGINE_OP}: the model would run as "
+            "plain TensorFlow. Likely causes: no segment of at least minimum_segment_size "
+            f"({parameters.get('minimum_segment_size')}) ops that TensorRT converts at "
+            f"{parameters.get('precision_mode')} (the convert log's TF-TRT lines name the ops it "
+            "left out; lower models.<m>.convert.tf-trt.minimum_segment_size), or a TensorFlow "
+            "built without TensorRT (tf.experimental.tensorrt needs the NGC TensorFlow image)"
+        )
+    if counts["ops_with_engine"] == 0:
+        raise ConversionError(
+            f"{out}: TF-TRT made {counts['trt_engine_ops']} {TRT_ENGINE_OP} node(s) but built no "
+            "engine for any (each would fall back to TensorFlow or build at serving time): "
+            "TensorRT failed to build them; see the convert log for TensorRT's errors (workspace "
+            "too small: models.<m>.convert.tf-trt.workspace_mb; an unsupported layer or precision)"
+        )
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -374,7 +488,8 @@ def convert(
     job: Callable[[], None]
     if converter == "tensorrt":
         profile = tensorrt_profile(artifact_inputs(inputs, source), settings)
-        version = trtexec_version() if shutil.which("trtexec") else None
+        release = trtexec_release() if shutil.which("trtexec") else None
+        version = None if release is None else _major_minor(release)
 
         def trtexec(plan: Path) -> list[str]:
             return tensorrt_command(
@@ -389,6 +504,9 @@ def convert(
         record["profile"] = {n: {k: list(v) for k, v in s.items()} for n, s in profile.items()}
         record["command"] = trtexec(out)
         record["trtexec"] = f"TensorRT {version[0]}.{version[1]}" if version else None
+        # the full version that builds the plan: the repository step serves it only with that
+        # TensorRT (deploybench.trt_version.check_engine); None: trtexec printed no banner
+        record["tensorrt"] = release
         job = lambda: _run_to(out, lambda tmp: subprocess.run(trtexec(tmp), check=True))
     elif converter == "onnx-fp16":
         blocked = list(settings.get("op_block_list") or [])
@@ -402,9 +520,14 @@ def convert(
         job = lambda: torchscript_fp16(source, out, example_inputs(1), device="cuda")
     else:  # tf-trt
         parameters = tf_trt_parameters(precision, settings)
-        build_batch = int(settings["max_batch"])
-        record["parameters"] = {**parameters, "build_batch": build_batch}
-        job = lambda: tf_trt(source, out, parameters, example_inputs(build_batch))
+        # the profile spans the batches Triton sends: 1 to max_batch
+        build_batches = sorted({1, int(settings["max_batch"])})
+        record["parameters"] = {**parameters, "build_batches": build_batches}
+
+        def job() -> None:
+            feeds = [example_inputs(b) for b in build_batches]
+            # TRTEngineOp nodes and built engines: the artifact's provenance and the report
+            record["trt_engines"] = tf_trt(source, out, parameters, feeds)
 
     if converter in NEEDS_GPU and not gpu_visible():
         what = " ".join(record["command"]) if "command" in record else record.get("parameters")
@@ -413,5 +536,7 @@ def convert(
             f"submit it to the cluster with `--profile profiles/slurm`. It would run: {what}"
         )
     job()
+    if converter == "tf-trt":  # the TensorRT that built the SavedModel's engines
+        record["tensorrt"] = tf_trt_loaded_version()
     record["versions"] = tool_versions(converter)
     return record

@@ -71,6 +71,12 @@ class ArtifactChanged(DeploybenchError, RuntimeError):
     """A result differs from what the job that wrote it recorded (truncated, corrupt, replaced)."""
 
 
+class EngineVersionMismatch(DeploybenchError, RuntimeError):
+    """A TensorRT engine (a plan, a TF-TRT SavedModel's) built by another TensorRT version than
+    the one that would load it, or by an unknown one: it would fail only when the server loads
+    it (deploybench.trt_version)."""
+
+
 class DataError(DeploybenchError, ValueError):
     """A task data set (DLE's pre-processed files) that cannot be read as its model needs."""
 

@@ -15,7 +15,7 @@ import inspect
 import logging
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,13 +132,20 @@ def repository(
     """``signature``: the ONNX file whose graph inputs are the ones served (native backends on
     an ONNX export), if any."""
     from .convert import artifact_inputs
-    from .repository import build_repository, model_config
+    from .repository import build_repository, engine_cache_dir, model_config, reset_engine_cache
     from .triton_config import to_pbtxt
 
     sidecar.verify(artifact, artifact_provenance)
+    if "tensorrt" in spec:  # engines inside: only the TensorRT that built them loads them
+        from .trt_version import check_engine
+
+        built = check_engine(artifact, artifact_provenance, spec["tensorrt"])
+        log.info("%s: built by TensorRT %s, as %s serves it", artifact, built, spec["tensorrt"])
     model = spec["model"]
     family = load_family(model["module"], model["hparams"])
     inputs = artifact_inputs(family.inputs, Path(signature[0])) if signature else family.inputs
+    engine_cache = engine_cache_dir(Path(repository))
+    builds_engine = spec["serving"].get("engine_build") is not None
     config = model_config(
         name=spec["model_name"],
         serving=dict(spec["serving"]),
@@ -147,20 +154,43 @@ def repository(
         inputs=inputs,
         outputs=family.outputs,
         artifact_name=spec["artifact_name"],
+        engine_cache=engine_cache if builds_engine else None,
     )
     build_repository(config, Path(artifact), spec["artifact_name"], Path(repository))
+    if builds_engine:  # the servers of this repository build the engine anew, once
+        reset_engine_cache(engine_cache)
     log.info("model repository %s:\n%s", repository, to_pbtxt(config))
 
 
-def _server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Any:
+@contextlib.contextmanager
+def _server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Iterator[Any]:
+    """A ready server of ``repo``. Where its models build a TensorRT engine while they load
+    (onnx-trt), their engine cache is made and held while it starts (one build per run; see
+    deploybench.repository.engine_build_lock)."""
+    from .repository import engine_build_lock
     from .server import TritonServer
 
-    return TritonServer(
+    server = TritonServer(
         Path(repo),
         Path(server_log),
         startup_timeout_s=float(server_settings.get("startup_timeout_s", 120)),
         shutdown_timeout_s=float(server_settings.get("shutdown_timeout_s", 30)),
     )
+    with engine_build_lock(Path(repo)) as caches:
+        server.start()  # stops the server itself if it fails
+    try:
+        for cache in caches:
+            log.info("TensorRT engine cache %s: %s", cache, sorted(p.name for p in cache.iterdir()))
+        yield server
+    finally:
+        server.stop()
+
+
+def _client_timeout(server_settings: dict[str, Any]) -> float:
+    """How long a client waits for the server (longer where an engine may still be built)."""
+    from .triton_client import DEFAULT_TIMEOUT_S
+
+    return float(server_settings.get("client_timeout_s", DEFAULT_TIMEOUT_S))
 
 
 def accuracy(
@@ -188,10 +218,12 @@ def accuracy(
     reference = family.framework_outputs(module, feeds)
 
     task = settings.get("task") or {}
+    timeout_s = _client_timeout(spec["server"])
     with graceful_signals(), _server(repository, server_log, spec["server"]) as server:
-        served = infer_triton(server.http_url, model_name, feeds, list(reference))
+        served = infer_triton(server.http_url, model_name, feeds, list(reference), timeout_s)
         server_info = server.metadata()
-        rows = compare_outputs(reference, served, settings["tolerance"], batch)
+        # each row also holds the model's own quantities (arg-max flips, moved durations)
+        rows = compare_outputs(reference, served, settings["tolerance"], batch, family)
         for row in rows:
             log.info("accuracy %s", row)
         if not all(r["passed"] for r in rows):
@@ -202,7 +234,11 @@ def accuracy(
             family,
             task,
             lambda batch_feeds: infer_triton(
-                server.http_url, model_name, batch_feeds, [s.name for s in family.outputs]
+                server.http_url,
+                model_name,
+                batch_feeds,
+                [s.name for s in family.outputs],
+                timeout_s,
             ),
         )
     for metric in metrics:
@@ -256,6 +292,7 @@ def perf(
         **{k: run[k] for k in ("model", "gpu", "format", "precision")},
         "scenario": scenario,
     }
+    timeout_s = _client_timeout(spec["server"])
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
         sample = family.example_inputs(1, seed=0)
@@ -267,14 +304,14 @@ def perf(
             server_info = server.metadata()
             # perf_analyzer gets the inputs the served model takes (a native backend serves
             # the artifact's own inputs; see served_feeds).
-            feeds = served_feeds(sample, served_inputs(server.http_url, model_name))
+            feeds = served_feeds(sample, served_inputs(server.http_url, model_name, timeout_s))
             write_input_data(feeds, input_data)
             if SCENARIOS[scenario].shared_memory == "system":
                 stack.enter_context(
                     shared_memory_lock(list(feeds), [s.name for s in family.outputs])
                 )
             outputs = infer_triton(
-                server.http_url, model_name, sample, [s.name for s in family.outputs]
+                server.http_url, model_name, sample, [s.name for s in family.outputs], timeout_s
             )
             output_bytes = output_bytes_per_sample(outputs.values())
 
@@ -393,6 +430,9 @@ def report(
         plots = [os.path.relpath(p, here) for p in run["plots"]]
         provenance = read_json(run["provenance"])
         provenance["config"]["accelerator"] = run["accelerator"]
+        conversion = run.get("conversion")
+        if conversion:  # the artifact's conversion record (TF-TRT: its engines)
+            provenance["conversion"] = read_json(conversion).get("conversion")
         sections.append(run_section(run["path"], offline, online, provenance, plots))
         if run["search"]:
             search = run["search"]

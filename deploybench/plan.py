@@ -41,6 +41,7 @@ from .search import (
     search_settings,
     settings_spec,
 )
+from .trt_version import check_run as check_tensorrt
 
 SCENARIOS = ("offline", "online")
 RUN_STEPS = ("convert", "repository", "accuracy", *SCENARIOS)
@@ -118,6 +119,10 @@ class ServingSpec(TypedDict):
     cuda_graphs: NotRequired[bool]
     # gpu_execution_accelerator entries: name and string parameters, in priority order
     gpu_accelerators: NotRequired[list[dict[str, Any]]]
+    # onnx-trt: ONNX Runtime builds the TensorRT engine while the model loads (one profile over
+    # Triton's batches; opt_batch and dynamic `shapes` from models.<m>.convert.tensorrt), cached
+    # beside the repository (deploybench.repository.tensorrt_engine_build)
+    engine_build: NotRequired[dict[str, Any]]
 
 
 class RepositorySpec(TypedDict):
@@ -127,6 +132,9 @@ class RepositorySpec(TypedDict):
     triton: dict[str, Any]
     device: str
     artifact_name: str
+    # An artifact holding TensorRT engines (trt, tf-trt): the serving image, its TensorRT and
+    # the image that built them; the step refuses one built by another (trt_version.check_run)
+    tensorrt: NotRequired[dict[str, str]]
 
 
 class RunInfo(TypedDict):
@@ -179,6 +187,8 @@ class ReportRun(TypedDict):
     provenance: str
     plots: list[str]
     accelerator: str
+    # the served artifact's provenance, if a conversion made it (its record: TF-TRT's engines)
+    conversion: NotRequired[str | None]
     # the run's serving-configuration search (`search_targets`): csv, choice, chart; or None
     search: dict[str, str] | None
 
@@ -372,7 +382,7 @@ class RunPlan:
     accuracy: Mapping[str, Any]  # models.<m>.accuracy, sized, at the precision's tolerance
     points: Mapping[str, tuple[Mapping[str, int], ...]]  # scenario -> its (batch, concurrency)
     measure: Mapping[str, Any]  # MEASURE_KEYS
-    server: Mapping[str, Any]  # the workflow's `server` settings
+    server: Mapping[str, Any]  # the workflow's `server` settings, for this run (server_settings)
     info: Mapping[str, Any]  # RunInfo
     gpu_request: GpuRequest
     # RUN_STEPS -> time limit on a cluster (minutes); a scenario's: one of its measurement jobs
@@ -383,6 +393,9 @@ class RunPlan:
     parts: Mapping[str, int]  # scenario -> its measurement jobs (1 without max_runtime)
     # a job ("convert", "offline", or a part "online.1") -> its group job (None: alone)
     groups: Mapping[str, str | None]
+    # engines built in the framework image and loaded in the triton image (trt, tf-trt): the
+    # serving image and the TensorRT both record (trt_version.check_run); None: no such engine
+    tensorrt: Mapping[str, str] | None = None
 
     @property
     def path(self) -> str:
@@ -441,7 +454,7 @@ class RunPlan:
         }
 
     def repository_spec(self) -> RepositorySpec:
-        return {
+        spec: RepositorySpec = {
             "model": self.export.model.identity_spec(),
             "model_name": self.model,
             "serving": plain(self.serving),
@@ -449,6 +462,9 @@ class RunPlan:
             "device": self.device,
             "artifact_name": self.artifact,
         }
+        if self.tensorrt is not None:
+            spec["tensorrt"] = plain(self.tensorrt)
+        return spec
 
     def accuracy_spec(self) -> AccuracySpec:
         return {
@@ -498,6 +514,10 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         check_gpu_runs_image(config, gpu, image)  # its GPU must be one its images can drive
     how = serving(run)
     conversion = conversion_of(run)
+    # engines built in one image and loaded in the other: both must ship one TensorRT
+    tensorrt = check_tensorrt(
+        config, run.path, conversion.converter if conversion else None, run.settings["containers"]
+    )
     points = {"offline": offline_points(run), "online": online_points(run)}
     trials = int(run.settings["perf"]["trials"])
     max_runtime = max_runtime_of(run.gpu_settings)
@@ -528,13 +548,14 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         accuracy=frozen(run.settings["accuracy"]),
         points=frozen(points),
         measure=frozen(measure_settings(run)),
-        server=frozen(config["server"]),
+        server=frozen(server_settings(config["server"], how)),
         info=frozen(run_info(run, how)),
         gpu_request=gpu_request_of(run.gpu_settings, config.get("slurm") or {}),
         runtime=frozen(runtime),
         max_runtime=max_runtime,
         parts=frozen(parts),
         groups=frozen({}),
+        tensorrt=None if tensorrt is None else frozen(tensorrt),
     )
     return replace(plan, groups=frozen(pack_groups(plan.jobs(), max_runtime, run.path)))
 
@@ -729,7 +750,7 @@ def serving(run: Run) -> ServingSpec:
             f"{', '.join(sorted(PLATFORMS))}"
         )
     accelerator = str(run.format_settings.get("accelerator", "none"))
-    return {
+    how: ServingSpec = {
         "backend": backend,
         "runtime": backend if accelerator == "none" else f"{backend}+{accelerator}",
         "platform": PLATFORMS[backend],
@@ -740,6 +761,37 @@ def serving(run: Run) -> ServingSpec:
         if accelerator == "tensorrt"
         else [],
     }
+    if accelerator == "tensorrt" and backend == "onnxruntime":
+        how["engine_build"] = onnxruntime_engine_build(run)
+    return how
+
+
+def onnxruntime_engine_build(run: Run) -> dict[str, Any]:
+    """What ONNX Runtime's TensorRT engine is built for while the model loads: opt_batch (if
+    set) and the dynamic dimensions' shapes of `models.<m>.convert.tensorrt`. Its batches are
+    1..triton.max_batch_size of the repository that serves it (a search candidate's own)."""
+    section = (run.settings.get("convert") or {}).get(ACCELERATOR_SETTINGS["onnxruntime"]) or {}
+    build: dict[str, Any] = {"shapes": dict(section.get("shapes") or {})}
+    if "opt_batch" in section:
+        build["opt_batch"] = int(section["opt_batch"])
+    return build
+
+
+# `server` settings that only some runs' jobs read (server_settings).
+ENGINE_BUILD_TIMEOUT = "engine_build_timeout_s"
+
+
+def server_settings(server: Mapping[str, Any], how: ServingSpec) -> dict[str, Any]:
+    """The run's `server` settings. A run whose engine is built while its model loads
+    (``engine_build``: onnx-trt) waits ``engine_build_timeout_s`` more for the server to be
+    ready, and its clients wait as long for an answer; the others' settings are the workflow's
+    as they were (so their jobs' specs, and results, stay)."""
+    settings = {k: v for k, v in server.items() if k != ENGINE_BUILD_TIMEOUT}
+    if "engine_build" in how:
+        build_s = float(server[ENGINE_BUILD_TIMEOUT])
+        settings["startup_timeout_s"] = float(server["startup_timeout_s"]) + build_s
+        settings["client_timeout_s"] = build_s
+    return settings
 
 
 def tensorrt_accelerator(run: Run, backend: str) -> dict[str, Any]:
@@ -901,7 +953,8 @@ def runtime_minutes(
 def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpec:
     """The preflight job of ``image`` on ``gpu``: what the runs on that GPU need of the image
     (the Triton backends its runs serve with, the TensorRT converter's trtexec flags, the
-    frameworks whose CUDA must work), where it runs, and the image's release facts."""
+    converters whose TensorRT engines it builds or loads, the frameworks whose CUDA must work),
+    where it runs, and the image's release facts."""
     gpus = config["gpus"]
     if gpu not in gpus:
         raise ConfigError(f"unknown gpu {gpu!r}; valid choices: {', '.join(sorted(gpus))}")
@@ -934,6 +987,16 @@ def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpe
     converts_with_tensorrt = "framework" in roles and any(
         r.conversion is not None and r.conversion.converter == "tensorrt" for r in runs
     )
+    # the converters whose engines this image builds (framework) or loads (triton) here
+    engines = sorted(
+        {
+            r.conversion.converter
+            for r in runs
+            if r.tensorrt is not None
+            and r.conversion is not None
+            and config["models"][r.model]["containers"].get(role) == image
+        }
+    )
     settings = gpus[gpu]
     image_settings = config["images"][image]
     return {
@@ -946,6 +1009,7 @@ def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpe
         "frameworks": frameworks,
         "backends": backends,
         "trtexec_flags": tensorrt_flags() if converts_with_tensorrt else [],
+        "tensorrt_engines": engines,
         "slurm": plain(settings.get("slurm") or {}),
         "server": plain(config["server"]),
     }

@@ -7,8 +7,9 @@ so that one job on a new cluster lists everything to change before the runs can 
 
 Checks (names are stable: the rules' tests and the README use them): ``gpu_visible``,
 ``framework_cuda``, ``driver``, ``tritonserver``, ``tritonserver_gpu``, ``backends``,
-``perf_analyzer``, ``trtexec``, ``deploybench_imports``. One that does not apply to the spec
-(a GPU check on the CPU default, a Triton check in a framework image) is skipped.
+``perf_analyzer``, ``trtexec``, ``tensorrt_version``, ``deploybench_imports``. One that does
+not apply to the spec (a GPU check on the CPU default, a Triton check in a framework image) is
+skipped.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from .errors import ConfigError, PreflightError, ServerError, ToolNotFound
 from .images import running_image
 from .process import die_with_parent
+from .trt_version import ENGINE_CONVERTERS
 
 if TYPE_CHECKING:
     from .server import TritonServer
@@ -52,6 +54,7 @@ CHECKS = (
     "backends",
     "perf_analyzer",
     "trtexec",
+    "tensorrt_version",
     "deploybench_imports",
 )
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -96,6 +99,9 @@ class PreflightSpec(TypedDict):
     frameworks: list[str]  # python modules whose CUDA visibility to check
     backends: list[str]  # Triton backends the runs serve with (triton role)
     trtexec_flags: list[str]  # trtexec options the convert step passes (framework role)
+    # converters (tensorrt | tf-trt) whose TensorRT engines the runs build in this image
+    # (framework role) or load in it (triton role): release.tensorrt must be what it ships
+    tensorrt_engines: list[str]
     slurm: dict[str, Any]  # gpus.<g>.slurm, for the fixes
     server: dict[str, Any]  # config `server`: startup_timeout_s, shutdown_timeout_s
 
@@ -133,6 +139,7 @@ def check_spec(spec: Mapping[str, Any]) -> None:
     lists: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (
         ("frameworks", spec["frameworks"], FRAMEWORKS),
         ("backends", spec["backends"], BACKENDS),
+        ("tensorrt_engines", spec.get("tensorrt_engines", []), ENGINE_CONVERTERS),
     )
     for key, values, choices in lists:
         unknown = [v for v in values if v not in choices]
@@ -886,7 +893,8 @@ def _read(path: Path) -> str:
 
 
 def check_trtexec(spec: PreflightSpec) -> Check:
-    from .convert import parse_trt_version
+    from .convert import parse_trt_release, parse_trt_version
+    from .trt_version import same_release
 
     name = "trtexec"
     if not spec["trtexec_flags"]:
@@ -934,12 +942,124 @@ def check_trtexec(spec: PreflightSpec) -> Check:
             f"(images.{spec['image']}.from)",
             facts,
         )
+    # a plan loads only in the TensorRT that built it: this trtexec's must be the image's
+    release = parse_trt_release(out.text) or str(facts["tensorrt"])
+    wanted = (spec["release"] or {}).get("tensorrt")
+    facts["tensorrt_release"] = release
+    facts["recorded"] = wanted
+    if wanted and not same_release(release, str(wanted)):
+        return Check(
+            name,
+            FAIL,
+            f"trtexec ({exe}) is TensorRT {release}, but images.{spec['image']}.release.tensorrt "
+            f"is {wanted}: its plans would load only in TensorRT {release}, not in the serving "
+            "image's recorded one",
+            f"convert in an image that ships TensorRT {wanted} (images.{spec['image']}.from), or "
+            f"record the version the image really ships as images.{spec['image']}.release"
+            ".tensorrt (and serve with an image that ships it)",
+            facts,
+        )
+    compared = (
+        f"; images.{spec['image']}.release.tensorrt {wanted}"
+        if wanted
+        else f"; images.{spec['image']}.release.tensorrt is not recorded: not compared"
+    )
     return Check(
         name,
         PASS,
-        f"TensorRT {facts['tensorrt']} ({exe}) has {', '.join(spec['trtexec_flags'])}",
+        f"TensorRT {release} ({exe}) has {', '.join(spec['trtexec_flags'])}{compared}",
         facts=facts,
     )
+
+
+# ---------------------------------------------------------------------------- TensorRT version
+
+
+def check_tensorrt_version(spec: PreflightSpec) -> Check:
+    """The TensorRT this image really builds engines with (framework role: TF-TRT's; trtexec's
+    is the trtexec check's) or loads them with (triton role: the libnvinfer Triton's tensorrt
+    backend links, and the one the tensorflow backend's TF-TRT loads), against
+    ``images.<image>.release.tensorrt``: the version the DAG matched the run's other image to."""
+    from . import tools
+    from .trt_version import (
+        ENGINE_BACKENDS,
+        TF_TRT_PROBE,
+        backend_tensorrt,
+        parts,
+        run_probe,
+        same_release,
+    )
+
+    name = "tensorrt_version"
+    engines = list(spec.get("tensorrt_engines") or [])
+    if spec["role"] == "framework" and "tensorrt" in engines:
+        engines.remove("tensorrt")
+        if not engines:
+            return Check(name, SKIP, "trtexec builds this image's engines: see the trtexec check")
+    if not engines:
+        return Check(name, SKIP, "no run on this GPU builds or loads a TensorRT engine here")
+    image = spec["image"]
+    where = f"images.{image}.release.tensorrt"
+    wanted = (spec["release"] or {}).get("tensorrt")
+    if not wanted:
+        return Check(
+            name,
+            FAIL,
+            f"{where} is not recorded: nothing to compare the image's TensorRT with",
+            f"record the TensorRT version the image's NGC release notes list as {where}",
+        )
+    wanted = str(wanted)
+    found: dict[str, dict[str, Any]] = {}  # what was read -> version, how, error
+    if spec["role"] == "framework":  # TF-TRT (tf.experimental.tensorrt) builds them
+        info = run_probe(TF_TRT_PROBE)
+        found["TF-TRT"] = {
+            "version": info.get("loaded"),
+            "how": f"the TensorRT it loads; built against {info.get('linked')}",
+            "error": info.get("error", ""),
+        }
+        unread_fix = f"TF-TRT needs NVIDIA's TensorFlow build (images.{image}.from)"
+    else:
+        try:
+            directory = tools.backend_directory() or NGC_BACKEND_DIR
+        except ToolNotFound as exc:
+            return Check(name, FAIL, str(exc), full_image_fix(spec))
+        for engine in engines:
+            backend = ENGINE_BACKENDS[engine]
+            library = backend_tensorrt(directory, backend, parts(wanted)[0])
+            found[f"{backend} backend"] = {
+                "version": library.version,
+                "how": library.how,
+                "library": None if library.path is None else str(library.path),
+                "error": library.error,
+            }
+        unread_fix = "the backends must load the image's TensorRT: " + full_image_fix(spec)
+    facts = {"recorded": wanted, "found": found}
+    read = [
+        f"{what}: TensorRT {f['version']} ({f['how']})" for what, f in found.items() if f["version"]
+    ]
+    other = [
+        f"{what} is TensorRT {f['version']}, but {where} is {wanted}"
+        for what, f in found.items()
+        if f["version"] and not same_release(str(f["version"]), wanted)
+    ]
+    unread = [
+        f"{what}: its TensorRT could not be read ({f['error'] or 'no version'})"
+        for what, f in found.items()
+        if not f["version"]
+    ]
+    if other or unread:
+        fixes = []
+        if other:
+            fixes.append(
+                f"an engine built with TensorRT {wanted} (what the run's other image records) "
+                f"would not load here: record what the image really ships as {where} (the DAG "
+                "then refuses the runs whose other image differs), or use an image that ships "
+                f"{wanted} (images.{image}.from)"
+            )
+        if unread:
+            fixes.append(unread_fix)
+        return Check(name, FAIL, "; ".join(other + unread + read), "; ".join(fixes), facts)
+    return Check(name, PASS, f"{'; '.join(read)}; {where} {wanted}", facts=facts)
 
 
 # ---------------------------------------------------------------------------- deploybench
@@ -1073,6 +1193,7 @@ def run_checks(spec: PreflightSpec) -> list[Check]:
                 done[name] = Check(name, SKIP, applies(spec, name))
     add("backends", lambda: check_backends(spec))
     add("trtexec", lambda: check_trtexec(spec))
+    add("tensorrt_version", lambda: check_tensorrt_version(spec))
     add("deploybench_imports", lambda: check_deploybench_imports(spec))
     return [done[name] for name in CHECKS]
 

@@ -119,6 +119,12 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def trt_engines_text(engines: Mapping[str, Any]) -> str:
+    """A TF-TRT conversion's engines, e.g. "3 TRTEngineOp nodes, 3 with an engine (3 engines)"."""
+    ops, built = engines.get("trt_engine_ops"), engines.get("ops_with_engine")
+    return f"{ops} TRTEngineOp nodes, {built} with an engine ({engines.get('engines')} engines)"
+
+
 def configuration_table(provenance: dict[str, Any]) -> str:
     """The seed pages' "Configuration" table, from a perf result's provenance."""
     config = provenance["config"]
@@ -143,6 +149,9 @@ def configuration_table(provenance: dict[str, Any]) -> str:
         ),
         "Stable: throughput interval within (%)": measure.get("max_ci_pct"),
     }
+    engines = (provenance.get("conversion") or {}).get("trt_engines")
+    if engines:  # TF-TRT: what of the model TensorRT runs (deploybench.convert.trt_engine_counts)
+        rows["TF-TRT engines"] = trt_engines_text(engines)
     lines = ["| Parameter | Value |", "|---|---|"]
     lines += [f"| {k} | {'' if v is None else v} |" for k, v in rows.items()]
     return "\n".join(lines)

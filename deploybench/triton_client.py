@@ -15,6 +15,9 @@ import numpy as np
 
 from .tensors import NUMPY_TO_TRITON, TRITON_TO_NUMPY
 
+# A run's `server.client_timeout_s` replaces it (deploybench.plan.server_settings: onnx-trt).
+DEFAULT_TIMEOUT_S = 120.0
+
 
 @contextlib.contextmanager
 def _connected(url: str, timeout_s: float) -> Iterator[Any]:
@@ -35,7 +38,7 @@ def infer_triton(
     model_name: str,
     feeds: dict[str, np.ndarray],
     output_names: list[str],
-    timeout_s: float = 120.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, np.ndarray]:
     """One inference over HTTP, sending the inputs the served model takes (see served_feeds)."""
     import tritonclient.http as httpclient
@@ -54,7 +57,9 @@ def infer_triton(
         return {n: result.as_numpy(n) for n in output_names}
 
 
-def served_inputs(url: str, model_name: str, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+def served_inputs(
+    url: str, model_name: str, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> list[dict[str, Any]]:
     """The served model's inputs (name, datatype, shape) from its metadata."""
     with _connected(url, timeout_s) as client:
         return list(client.get_model_metadata(model_name)["inputs"])

@@ -35,10 +35,12 @@ def build_model_config(
     parameters: Mapping[str, str] | None = None,
     cuda_graphs: bool = False,
     gpu_accelerators: Sequence[Mapping[str, Any]] = (),
+    warmup: Sequence[model_config_pb2.ModelWarmup] = (),
 ) -> model_config_pb2.ModelConfig:
     """The ``ModelConfig`` message: a native backend is named by ``platform``, any other (the
     python backend) by ``backend``. ``gpu_accelerators``: ``{"name", "parameters"}`` entries of
-    ``optimization.execution_accelerators``, in priority order."""
+    ``optimization.execution_accelerators``, in priority order. ``warmup``: ``model_warmup``
+    samples (:func:`warmup_sample`), run while the model loads."""
     if bool(backend) == bool(platform):
         raise ValueError(
             f"model {name!r}: name exactly one of backend ({backend!r}) and platform ({platform!r})"
@@ -72,7 +74,34 @@ def build_model_config(
         )
     for key, value in (parameters or {}).items():
         config.parameters[key].string_value = str(value)
+    config.model_warmup.extend(warmup)
     return config
+
+
+def warmup_sample(
+    name: str, batch_size: int, inputs: Sequence[TensorSpec], count: int = 1
+) -> model_config_pb2.ModelWarmup:
+    """A ``model_warmup`` sample: ``count`` requests of ``batch_size`` all-zero inputs.
+
+    Triton runs every sample while it loads the model, before the model (and with
+    ``--strict-readiness`` the server) is ready, and a sample that fails fails the load
+    (model_config.proto ``ModelWarmup``; docs/user_guide/model_configuration.md "Model
+    Warmup"). Zeros, not ``random_data``: random integers would be out-of-vocabulary token ids
+    for an embedding lookup; an engine's build depends on the shapes only. ``dims`` exclude the
+    batch and must be concrete (no -1)."""
+    sample = model_config_pb2.ModelWarmup(name=name, batch_size=int(batch_size), count=int(count))
+    for spec in inputs:
+        if any(d < 1 for d in spec.shape):
+            raise ValueError(
+                f"warm-up {name!r}: input {spec.name!r} has dynamic dimensions "
+                f"{list(spec.shape)}; a warm-up sample needs concrete ones"
+            )
+        sample.inputs[spec.name].CopyFrom(
+            model_config_pb2.ModelWarmup.Input(
+                data_type=_data_type(spec), dims=spec.shape, zero_data=True
+            )
+        )
+    return sample
 
 
 def _data_type(spec: TensorSpec) -> int:

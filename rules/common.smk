@@ -492,6 +492,12 @@ def report_runs(wildcards):
                 "provenance": f"{base}/offline.provenance.json",
                 "plots": [in_run(p, plan) for p in plot_files("png")],
                 "accelerator": plan.accelerator,
+                # the conversion's record (TF-TRT: its engines) for the configuration table
+                "conversion": (
+                    f"{in_run(CONVERTED, plan, artifact=plan.artifact)}.provenance.json"
+                    if plan.conversion is not None
+                    else None
+                ),
                 "search": (
                     search_files(plan) if path in config["search_targets"] else None
                 ),
@@ -505,6 +511,7 @@ def report_inputs(wildcards):
     return {
         "csv": [r[s] for r in runs for s in SCENARIOS],
         "provenance": [r["provenance"] for r in runs],
+        "conversion": [r["conversion"] for r in runs if r["conversion"]],
         "plots": [p for r in runs for p in r["plots"]],
         "search": [f for r in runs if r["search"] for f in r["search"].values()],
     }

@@ -36,7 +36,7 @@ from torch.nn import functional as F
 
 from ..errors import ConfigError, DataError, InputNotFound
 from ..tensors import TensorSpec
-from .base import Batch, TorchFamily, check_hparams, check_weights
+from .base import Batch, Quantities, TorchFamily, argmax_flip_fraction, check_hparams, check_weights
 
 # BERT-uncased special-token ids (vocab.txt positions of [PAD], [CLS], [SEP]); example inputs use
 # them so that synthetic rows look like real ones.
@@ -532,6 +532,17 @@ class BertFamily(TorchFamily):
             segments[row, q_len + 2 : used] = 1
             mask[row, :used] = 1
         return {"input__0": ids, "input__1": segments, "input__2": mask}
+
+    def accuracy_quantities(
+        self, reference: dict[str, np.ndarray], actual: dict[str, np.ndarray]
+    ) -> Quantities:
+        """Per sample, whether the most likely answer start (``output__0``) and end
+        (``output__1``) moved: the share of samples whose arg-max token differs."""
+        return {
+            name: {"argmax_flip_fraction": argmax_flip_fraction(reference[name], actual[name])}
+            for name in ("output__0", "output__1")
+            if name in reference and name in actual
+        }
 
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from ..checkpoint_io import torch_load
 from ..errors import CheckpointError, ConfigError, DataError, InputNotFound
 from ..tensors import TensorSpec
-from .base import Batch, TorchFamily, check_hparams
+from .base import Batch, Quantities, TorchFamily, check_hparams
 
 # DLE's ``english_basic`` symbol set: pad, special, punctuation, letters, then 84 ARPAbet
 # symbols ("@AA" …) that only a CMUdict lookup produces; this reader never emits them.
@@ -561,6 +561,58 @@ def mel_errors(
     }
 
 
+def duration_quantities(
+    reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], pace: float
+) -> Quantities:
+    """How far ``actual`` FastPitch outputs moved in time from ``reference``, in frames.
+
+    * ``OUTPUT__2`` (durations): ``max_frames_diff``, the largest change of a symbol's frame
+      count (its duration rounded as :func:`regulate_length` rounds it), and
+      ``frames_flip_fraction``, the share of symbols (duration > 0 in either) whose frame count
+      changed;
+    * ``OUTPUT__1`` (frames per utterance): ``max_length_diff_frames`` and
+      ``length_differs_fraction``, the share of utterances whose length changed;
+    * ``OUTPUT__0`` (mel): ``aligned_fraction``, the share of utterances whose every symbol kept
+      its frame count, and ``aligned_max_abs_err``, the largest mel error over their frames
+      (elsewhere a moved frame shifts the rest of the utterance, and the mel error measures
+      the shift, not the arithmetic; 0 when no utterance is aligned).
+    """
+    out: Quantities = {}
+    ref_d, act_d = reference.get("OUTPUT__2"), actual.get("OUTPUT__2")
+    aligned: np.ndarray | None = None
+    if ref_d is not None and act_d is not None and ref_d.shape == act_d.shape:
+        ref_f, act_f = np.round(ref_d / pace), np.round(act_d / pace)
+        spoken = (ref_d > 0) | (act_d > 0)
+        moved = (ref_f != act_f) & spoken
+        aligned = ~moved.any(axis=1)
+        out["OUTPUT__2"] = {
+            "max_frames_diff": float(np.abs(ref_f - act_f).max()) if ref_f.size else 0.0,
+            "frames_flip_fraction": float(moved.sum() / spoken.sum()) if spoken.any() else 0.0,
+        }
+    ref_n, act_n = reference.get("OUTPUT__1"), actual.get("OUTPUT__1")
+    if ref_n is not None and act_n is not None and ref_n.shape == act_n.shape:
+        diff = np.abs(ref_n.astype(np.int64) - act_n.astype(np.int64)).reshape(len(ref_n), -1)
+        out["OUTPUT__1"] = {
+            "max_length_diff_frames": float(diff.max()) if diff.size else 0.0,
+            "length_differs_fraction": float(np.mean(diff.max(axis=1) > 0)) if diff.size else 0.0,
+        }
+        lengths = ref_n.reshape(len(ref_n), -1)[:, 0]
+        same_length = diff.max(axis=1) == 0
+        aligned = same_length if aligned is None else aligned & same_length
+        ref_m, act_m = reference.get("OUTPUT__0"), actual.get("OUTPUT__0")
+        if ref_m is not None and act_m is not None and len(ref_m) == len(act_m):
+            errors = [
+                float(np.abs(ref_m[i, :, :n] - act_m[i, :, :n]).max()) if n else 0.0
+                for i, n in enumerate(lengths)
+                if aligned[i]
+            ]
+            out["OUTPUT__0"] = {
+                "aligned_fraction": float(np.mean(aligned)) if aligned.size else 0.0,
+                "aligned_max_abs_err": max(errors, default=0.0),
+            }
+    return out
+
+
 # --- the family --------------------------------------------------------------------------------
 
 
@@ -645,6 +697,12 @@ class FastPitchFamily(TorchFamily):
         for row, n in enumerate(lengths):
             ids[row, :n] = rng.choice(alphabet, size=n)
         return {"INPUT__0": ids}
+
+    def accuracy_quantities(
+        self, reference: dict[str, np.ndarray], actual: dict[str, np.ndarray]
+    ) -> Quantities:
+        """How the utterances' timing moved (see :func:`duration_quantities`)."""
+        return duration_quantities(reference, actual, self.cfg.pace)
 
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None

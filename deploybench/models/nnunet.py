@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from ..checkpoint_io import lightning_network
 from ..errors import ConfigError, DataError, InputNotFound
 from ..tensors import TensorSpec
-from .base import Batch, TorchFamily, check_hparams
+from .base import Batch, Quantities, TorchFamily, argmax_flip_fraction, check_hparams
 
 Triple = tuple[int, int, int]
 
@@ -234,6 +234,20 @@ class NnUNetFamily(TorchFamily):
         values = rng.standard_normal(shape, dtype=np.float32)
         values *= _ellipsoid_mask(self.cfg.patch_size)
         return {INPUT_NAME: values}
+
+    def accuracy_quantities(
+        self, reference: dict[str, np.ndarray], actual: dict[str, np.ndarray]
+    ) -> Quantities:
+        """The share of voxels whose label differs: of the served labels, or of the arg-max
+        over the class scores (``output: logits``)."""
+        ref, act = reference.get(OUTPUT_NAME), actual.get(OUTPUT_NAME)
+        if ref is None or act is None or ref.shape != act.shape:
+            return {}
+        if self.cfg.output == "labels":
+            share = float(np.mean(ref != act)) if ref.size else 0.0
+        else:
+            share = argmax_flip_fraction(ref, act, axis=1)
+        return {OUTPUT_NAME: {"label_mismatch_fraction": share}}
 
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None

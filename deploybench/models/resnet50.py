@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import DataError, InputNotFound
 from ..tensors import TensorSpec
-from .base import Batch, KerasFamily, check_hparams, check_weights
+from .base import Batch, KerasFamily, Quantities, check_hparams, check_weights
 
 # DLE's utils/data_utils.py: per-channel RGB mean and std of ImageNet, in pixel units.
 CHANNEL_MEANS = (123.68, 116.28, 103.53)
@@ -255,6 +255,15 @@ class ResNet50Family(KerasFamily):
         rng = np.random.default_rng(seed)
         shape = (batch, *self.inputs[0].shape)
         return {"input": rng.uniform(0.0, 255.0, size=shape).astype(np.float32)}
+
+    def accuracy_quantities(
+        self, reference: dict[str, np.ndarray], actual: dict[str, np.ndarray]
+    ) -> Quantities:
+        """The share of images whose class (``classes``, the arg-max) differs."""
+        ref, act = reference.get("classes"), actual.get("classes")
+        if ref is None or act is None or ref.shape != act.shape:
+            return {}
+        return {"classes": {"class_flip_fraction": float(np.mean(ref != act)) if ref.size else 0.0}}
 
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None

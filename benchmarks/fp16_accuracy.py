@@ -1,0 +1,599 @@
+"""fp16 accuracy, measured: every fp16 artifact the workflow makes that runs on a CPU, against
+the fp32 framework, over the accuracy step's example inputs of the model's ``cpu`` sizing.
+
+    .venv/bin/python benchmarks/fp16_accuracy.py [--models tft bert ...] \\
+        [--configfile config/smoke.yaml] [--out benchmarks/results/fp16] [--batch N]
+
+For each model (one subprocess each, one after the other, so that memory is freed between
+them), with the workflow's own functions:
+
+* the checkpoint as the ``prepare_checkpoint`` job makes it (with no configured checkpoint, the
+  seeded-random initialisation: trained weights may give other figures);
+* the fp32 framework's outputs (the reference) for the example inputs of the accuracy step at
+  the ``cpu`` sizing (its ``batch_size`` and ``seed``; ``--batch`` takes fewer samples);
+* every fp16 artifact of the model's configured formats whose converter runs without a GPU:
+  ``onnx-fp16`` (``convert.onnx_fp16``, run in onnxruntime on CPU) and ``torchscript-fp16``
+  (``convert.torchscript_fp16`` on ``device="cpu"``, run in TorchScript); the exports they are
+  made from by ``export.export_model`` (with its runtime check). A conversion that fails is a
+  row saying so. A model whose configured fp16 formats are all TorchScript also gets
+  ``onnx fp16 (proxy)``: the ONNX export converted the same way, to measure fp16 where its own
+  artifact cannot be made here. ``tensorrt`` and ``tf-trt`` need a GPU and are listed only;
+* for PyTorch models, ``framework fp16 (eager)``: the framework module itself in half
+  precision (``module.half()``) on CPU, an estimate of fp16 arithmetic, not an artifact;
+* per output, :func:`deploybench.accuracy.measure` (max abs/rel error and the model's own
+  quantities: arg-max flips, moved durations) and the verdict of the accuracy step at the
+  configured fp16 tolerance (``accuracy.precision_tolerance.fp16``) by
+  :func:`deploybench.accuracy.compare_outputs`;
+* for ONNX artifacts, which kernels onnxruntime ran in fp16 (its profile at batch 1): where the
+  CPU has no fp16 kernel it inserts casts and computes in fp32.
+
+Writes ``OUT/fp16_accuracy.csv`` (a row per model x artifact x output) and
+``OUT/fp16_accuracy.md`` (the tables) and prints each model's timing and peak memory.
+Exit status 1 if a model's measurement failed (a conversion that fails is a row, not a failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import datetime
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = REPO / "config" / "schema" / "config.schema.yaml"
+# Converters that run without a GPU here (TorchScript fp16 is made on device="cpu").
+CPU_CONVERTERS = ("onnx-fp16", "torchscript-fp16")
+RUNTIME = {"onnx-fp16": "onnxruntime", "torchscript-fp16": "torchscript"}
+# Why a conversion is known to fail on CPU (said beside its error).
+KNOWN_FAILURES = {"torchscript-fp16": "issue 27"}
+PROXY = "onnx fp16 (proxy)"
+EAGER = "framework fp16 (eager)"
+COLUMNS = [
+    "model",
+    "artifact",
+    "formats",
+    "converter",
+    "runtime",
+    "status",
+    "batch",
+    "seed",
+    "output",
+    "elements",
+    "max_abs_err",
+    "max_rel_err",
+    "quantities",
+    "atol",
+    "rtol",
+    "mismatch_fraction",
+    "mismatched",
+    "passed",
+    "ort_kernels",
+]
+
+
+# ---------------------------------------------------------------------------- config
+
+
+def load_config(overlay: Path | None) -> dict[str, Any]:
+    """config/config.yaml with ``overlay`` layered over it (as ``--configfile`` does), checked
+    against the schema (defaults filled in)."""
+    from snakemake.utils import validate
+
+    from deploybench.config import deep_merge, load_yaml
+
+    config = load_yaml(REPO / "config" / "config.yaml")
+    if overlay is not None:
+        config = deep_merge(config, load_yaml(overlay))
+    validate(config, str(SCHEMA))
+    return dict(config)
+
+
+def cpu_plan(config: dict[str, Any], model: str) -> Any:
+    """The model's fp32 run on the ``cpu`` gpu (its sizing's accuracy settings)."""
+    from deploybench.plan import plan_run
+
+    cpu = config["gpus"]["cpu"]
+    formats = [f for f, p in config["models"][model]["formats"].items() if "fp32" in p]
+    fmt = next(f for f in formats if f in cpu["formats"])
+    return plan_run(config, model, "cpu", fmt, "fp32")
+
+
+def fp16_plans(config: dict[str, Any], model: str) -> list[Any]:
+    """One run plan per configured fp16 format of the model (on the first GPU that runs it)."""
+    from deploybench.plan import plan_run
+
+    plans = []
+    for fmt, precisions in config["models"][model]["formats"].items():
+        if "fp16" not in precisions:
+            continue
+        gpu = next(
+            (
+                g
+                for g, s in config["gpus"].items()
+                if fmt in s["formats"] and "fp16" in s["precisions"]
+            ),
+            None,
+        )
+        if gpu is not None:
+            plans.append(plan_run(config, model, gpu, fmt, "fp16"))
+    return plans
+
+
+# ---------------------------------------------------------------------------- one model
+
+
+def short_error(error: BaseException, tmp: Path) -> str:
+    """An error's last line (TorchScript's come after a long serialized traceback), without
+    onnxruntime's "Load model from <file> failed:" or this run's temporary paths."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    text = lines[-1] if lines else type(error).__name__
+    text = text.split(" failed:", 1)[-1].replace(f"{tmp}/", "")
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def ort_kernels(path: Path, feeds: dict[str, np.ndarray], tmp: Path) -> str:
+    """Which kernels onnxruntime (CPU) runs in fp16 for the artifact: a profile of one call."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp / "ort-profile")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+    events = json.loads(Path(session.end_profiling()).read_text())
+    counts: collections.Counter[str] = collections.Counter()
+    micros: collections.Counter[str] = collections.Counter()
+    fp32_ops: collections.Counter[str] = collections.Counter()
+    for event in events:
+        if event.get("cat") != "Node" or not event["name"].endswith("_kernel_time"):
+            continue
+        args = event["args"]
+        if args["op_name"] == "Cast":
+            continue
+        types = {t for shape in args.get("input_type_shape", []) for t in shape}
+        kind = "fp16" if "float16" in types else "fp32" if "float" in types else "other"
+        counts[kind] += 1
+        micros[kind] += int(event["dur"])
+        if kind == "fp32":
+            fp32_ops[args["op_name"]] += 1
+    float_time = micros["fp16"] + micros["fp32"]
+    top = ", ".join(f"{op} {n}" for op, n in fp32_ops.most_common(4))
+    share = micros["fp16"] / float_time if float_time else 0.0
+    return (
+        f"fp16 {counts['fp16']}, fp32 {counts['fp32']} of {sum(counts.values())} kernels "
+        f"(casts aside); {share:.0%} of float kernel time in fp16; fp32: {top or 'none'}"
+    )
+
+
+def measure_model(
+    config: dict[str, Any], model: str, batch_override: int | None, tmp: Path
+) -> dict[str, Any]:
+    """Everything this benchmark reports of one model (run in its own process)."""
+    from deploybench.accuracy import compare_outputs, measure
+    from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
+    from deploybench.convert import onnx_fp16, torchscript_fp16
+    from deploybench.errors import AccuracyError
+    from deploybench.export import export_model
+    from deploybench.models import load_family
+    from deploybench.plan import CONVERSION_DEFAULTS, plan_export
+    from deploybench.runtime import load_runner
+
+    timings: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        timings[step] = round(now - clock, 1)
+        clock = now
+
+    plan = cpu_plan(config, model)
+    identity = plan.export.model.identity
+    family = load_family(identity["module"], dict(identity["hparams"]))
+    batch = int(batch_override or plan.accuracy["batch_size"])
+    seed = int(plan.accuracy["seed"])
+    plans = fp16_plans(config, model)
+    if not plans:
+        raise SystemExit(f"{model}: no fp16 format configured")
+    tolerance = {k: dict(v) for k, v in plans[0].accuracy["tolerance"].items()}
+
+    # What to measure: (label, formats, converter, export format, converter settings)
+    artifacts: dict[tuple[str, str], dict[str, Any]] = {}
+    gpu_only = []
+    for run in plans:
+        conversion = run.conversion
+        if conversion is None or conversion.converter not in CPU_CONVERTERS:
+            made_by = conversion.converter if conversion else "export"
+            gpu_only.append(f"{run.format} fp16 ({made_by}): needs a GPU, not measured")
+            continue
+        key = (conversion.converter, run.export.format)
+        entry = artifacts.setdefault(
+            key,
+            {
+                "artifact": f"{run.export.format} fp16",
+                "formats": [],
+                "converter": conversion.converter,
+                "export": run.export.format,
+                "settings": dict(conversion.settings),
+            },
+        )
+        entry["formats"].append(run.format)
+    configured = config["models"][model]["formats"]
+    if ("onnx-fp16", "onnx") not in artifacts and "onnx" in configured:
+        artifacts[("onnx-fp16", "onnx")] = {
+            "artifact": PROXY,
+            "formats": [],
+            "converter": "onnx-fp16",
+            "export": "onnx",
+            "settings": {
+                **CONVERSION_DEFAULTS["onnx-fp16"],
+                **(config["models"][model].get("convert") or {}).get("onnx-fp16", {}),
+            },
+        }
+
+    # The checkpoint and the exports, as the workflow's jobs make them.
+    checkpoint_file = tmp / plan.export.model.checkpoint_file
+    origin = prepare_checkpoint(
+        family,
+        identity["checkpoint"],
+        int(identity["seed"]),
+        checkpoint_file,
+        ema=bool(identity["checkpoint_ema"]),
+    )
+    checkpoint = read_workflow_checkpoint(family, checkpoint_file)
+    lap("checkpoint")
+    exports: dict[str, Path] = {}
+
+    def exported(fmt: str) -> Path:
+        if fmt not in exports:
+            export_plan = plan_export(config, model, fmt, "fp32")
+            spec = export_plan.spec()
+            source = exported(export_plan.source) if export_plan.source else None
+            out = tmp / "export" / fmt / export_plan.artifact
+            out.parent.mkdir(parents=True, exist_ok=True)
+            export_model(
+                family,
+                checkpoint,
+                fmt,
+                "fp32",
+                out,
+                opset=spec["opset"],
+                tolerance=spec["tolerance"],
+                check_batch=spec["check_batch"],
+                source=source,
+            )
+            exports[fmt] = out
+            lap(f"export {fmt}")
+        return exports[fmt]
+
+    module = family.serving_module(checkpoint)
+    feeds = family.example_inputs(batch, seed)
+    reference = family.framework_outputs(module, feeds)
+    lap("fp32 reference")
+    input_names = [s.name for s in family.inputs]
+    output_names = [s.name for s in family.outputs]
+
+    def outcome(actual: dict[str, np.ndarray] | None, status: str, **extra: Any) -> dict[str, Any]:
+        rows = []
+        if actual is not None:
+            measured = measure(reference, actual, family)
+            try:
+                verdicts = {
+                    r["output"]: r
+                    for r in compare_outputs(reference, actual, tolerance, batch, family)
+                }
+            except AccuracyError as error:
+                verdicts, status = {}, f"measured; the accuracy step would fail: {error}"
+            for name in reference:
+                verdict = verdicts.get(name, {})
+                rows.append(
+                    {
+                        "output": name,
+                        "elements": int(np.size(reference[name])),
+                        "figures": measured[name],
+                        "mismatched": verdict.get("mismatched", ""),
+                        "passed": verdict.get("passed", False),
+                    }
+                )
+        return {"status": status, "outputs": rows, **extra}
+
+    results = []
+    for entry in artifacts.values():
+        converter = entry["converter"]
+        out = tmp / "convert" / converter / exported(entry["export"]).name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        record = {k: entry[k] for k in ("artifact", "converter")}
+        record["formats"] = ", ".join(entry["formats"]) or "none configured"
+        record["runtime"] = RUNTIME[converter]
+        try:
+            if converter == "onnx-fp16":
+                blocked = list(entry["settings"].get("op_block_list") or [])
+                onnx_fp16(exports[entry["export"]], out, op_block_list=blocked)
+            else:
+                torchscript_fp16(
+                    exports[entry["export"]], out, family.example_inputs(1, seed=0), device="cpu"
+                )
+        except Exception as error:  # noqa: BLE001 - the row says what failed
+            known = f"; {KNOWN_FAILURES[converter]}" if converter in KNOWN_FAILURES else ""
+            results.append(
+                {**record, **outcome(None, f"not made here: {short_error(error, tmp)}{known}")}
+            )
+            lap(f"convert {record['artifact']} (failed)")
+            continue
+        lap(f"convert {record['artifact']}")
+        try:
+            runner = load_runner(
+                RUNTIME[converter], out, input_names=input_names, output_names=output_names
+            )
+            actual = dict(zip(runner.output_names, runner(feeds), strict=True))
+            del runner
+        except Exception as error:  # noqa: BLE001 - the row says what failed
+            results.append({**record, **outcome(None, f"did not run: {short_error(error, tmp)}")})
+            lap(f"run {record['artifact']} (failed)")
+            continue
+        lap(f"run {record['artifact']}")
+        kernels = ""
+        if converter == "onnx-fp16":
+            one = {k: v[:1] for k, v in feeds.items()}
+            kernels = ort_kernels(out, one, tmp)
+            lap(f"profile {record['artifact']}")
+        results.append({**record, **outcome(actual, "measured", ort_kernels=kernels)})
+
+    if family.framework == "pytorch":
+        record = {"artifact": EAGER, "formats": "an estimate", "converter": "module.half()"}
+        record["runtime"] = "torch (eager)"
+        try:
+            actual = eager_fp16(module, family, feeds)
+            results.append({**record, **outcome(actual, "measured")})
+        except Exception as error:  # noqa: BLE001 - the row says what failed
+            results.append({**record, **outcome(None, f"did not run: {short_error(error, tmp)}")})
+        lap("framework fp16 (eager)")
+
+    return {
+        "model": model,
+        "batch": batch,
+        "seed": seed,
+        "origin": origin,
+        "tolerance": tolerance,
+        "gpu_only": gpu_only,
+        "artifacts": results,
+        "timings": timings,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def eager_fp16(module: Any, family: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The framework module in half precision on CPU (float32 inputs cast to float16, float16
+    outputs back to float32): fp16 arithmetic, as a GPU's kernels would do it, without a GPU."""
+    import torch
+
+    half = module.half()  # in place: the last use of the module
+    tensors = [torch.from_numpy(feeds[s.name]) for s in family.inputs]
+    with torch.no_grad():
+        out = half(*(t.half() if t.dtype == torch.float32 else t for t in tensors))
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return {
+        s.name: (t.float() if t.dtype == torch.float16 else t).numpy()
+        for s, t in zip(family.outputs, outs, strict=True)
+    }
+
+
+def peak_rss_mb() -> dict[str, float]:
+    """This process's peak RSS, and that of its largest finished child (tf2onnx), in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"process": round(own), "largest_child": round(children)}
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    from deploybench.accuracy import format_quantities
+
+    rows = []
+    for artifact in result["artifacts"]:
+        base = {
+            "model": result["model"],
+            **{k: artifact[k] for k in ("artifact", "formats", "converter", "runtime", "status")},
+            "batch": result["batch"],
+            "seed": result["seed"],
+            "ort_kernels": artifact.get("ort_kernels", ""),
+        }
+        if not artifact["outputs"]:
+            rows.append(base)
+        for out in artifact["outputs"]:
+            tol = result["tolerance"].get(out["output"], {})
+            rows.append(
+                {
+                    **base,
+                    "output": out["output"],
+                    "elements": out["elements"],
+                    "max_abs_err": out["figures"]["max_abs_err"],
+                    "max_rel_err": out["figures"]["max_rel_err"],
+                    "quantities": format_quantities(out["figures"]),
+                    "atol": tol.get("atol", ""),
+                    "rtol": tol.get("rtol", ""),
+                    "mismatch_fraction": tol.get("mismatch_fraction", ""),
+                    "mismatched": out["mismatched"],
+                    "passed": out["passed"],
+                }
+            )
+    return rows
+
+
+def number(value: Any) -> str:
+    if value in ("", None):
+        return ""
+    return f"{float(value):.3g}"
+
+
+def tolerance_text(row: dict[str, Any]) -> str:
+    text = f"atol {number(row['atol'])}, rtol {number(row['rtol'])}"
+    if row.get("mismatch_fraction") not in ("", None, 0, 0.0):
+        text += f", share {number(row['mismatch_fraction'])}"
+    return text
+
+
+def markdown(results: list[dict[str, Any]], header: str) -> str:
+    lines = [header, ""]
+    lines += [
+        (
+            "| model | artifact (formats) | output | max abs err | max rel err | "
+            "model quantities | fp16 tolerance (config) | outside / elements | passes |"
+        ),
+        "| --- | --- | --- | ---: | ---: | --- | --- | ---: | --- |",
+    ]
+    notes, kernels = [], []
+    for result in results:
+        model = result["model"]
+        if "error" in result:
+            notes.append(f"- {model}: **measurement failed**: {result['error']}")
+            continue
+        for row in csv_rows(result):
+            what = f"{row['artifact']} ({row['formats']})"
+            if not row.get("output"):
+                lines.append(f"| {model} | {what} | all | — | — | {row['status']} | | | |")
+                continue
+            quantities = row["quantities"].replace("; ", "<br>")
+            outside = f"{row['mismatched']} / {row['elements']}" if row["mismatched"] != "" else ""
+            passes = "yes" if row["passed"] is True else "**no**"
+            lines.append(
+                f"| {model} | {what} | {row['output']} | {number(row['max_abs_err'])} | "
+                f"{number(row['max_rel_err'])} | {quantities} | {tolerance_text(row)} | "
+                f"{outside} | {passes} |"
+            )
+        for artifact in result["artifacts"]:
+            if artifact["status"] != "measured" and artifact["outputs"]:
+                notes.append(f"- {model} {artifact['artifact']}: {artifact['status']}")
+            if artifact.get("ort_kernels"):
+                kernels.append(f"| {model} | {artifact['artifact']} | {artifact['ort_kernels']} |")
+        notes += [f"- {model} {line}" for line in result["gpu_only"]]
+        timing = ", ".join(f"{k} {v:.0f} s" for k, v in result["timings"].items())
+        rss = result["peak_rss_mb"]
+        notes.append(
+            f"- {model}: batch {result['batch']}, seed {result['seed']}, weights: "
+            f"{result['origin']}; {timing}; peak RSS {rss['process']} MB "
+            f"(largest child {rss['largest_child']} MB)"
+        )
+    if kernels:
+        lines += [
+            "",
+            (
+                "onnxruntime's CPU kernels for the fp16 ONNX files (profile of one sample; "
+                "where the CPU has no fp16 kernel onnxruntime inserts casts and computes in fp32):"
+            ),
+            "",
+            "| model | artifact | kernels |",
+            "| --- | --- | --- |",
+            *kernels,
+        ]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def versions() -> str:
+    from deploybench.provenance import package_versions
+
+    found = package_versions(("torch", "onnxruntime", "onnxconverter-common", "tensorflow"))
+    return ", ".join(f"{k} {v}" for k, v in found.items() if v)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def run_child(args: argparse.Namespace, model: str, result: Path) -> tuple[int, str]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", model, "--result", str(result)]
+    if args.configfile:
+        cmd += ["--configfile", str(args.configfile)]
+    if args.batch:
+        cmd += ["--batch", str(args.batch)]
+    proc = subprocess.run(
+        cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    return proc.returncode, proc.stderr
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", help="model entries, space- or comma-separated")
+    parser.add_argument("--configfile", type=Path, help="layered over config/config.yaml")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "fp16")
+    parser.add_argument("--batch", type=int, help="fewer samples than the accuracy batch_size")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    config = load_config(args.configfile)
+    if args.child:
+        with tempfile.TemporaryDirectory(prefix="deploybench-fp16-") as tmp:
+            result = measure_model(config, args.child, args.batch, Path(tmp))
+        args.result.write_text(json.dumps(result, indent=1))
+        return 0
+
+    models = [m for given in args.models or sorted(config["models"]) for m in given.split(",")]
+    unknown = sorted(set(models) - set(config["models"]))
+    if unknown:
+        parser.error(f"unknown models {unknown}; valid: {', '.join(sorted(config['models']))}")
+    results, failed = [], 0
+    with tempfile.TemporaryDirectory(prefix="deploybench-fp16-") as tmp:
+        for model in models:
+            start = time.monotonic()
+            file = Path(tmp) / f"{model}.json"
+            code, stderr = run_child(args, model, file)
+            seconds = time.monotonic() - start
+            if code:
+                failed += 1
+                tail = [line for line in stderr.strip().splitlines() if line.strip()]
+                error = tail[-1] if tail else f"exit status {code}"
+                print(f"{model}: FAILED after {seconds:.0f} s: {error}", flush=True)
+                print(stderr[-3000:], file=sys.stderr)
+                results.append({"model": model, "error": error})
+                continue
+            result = json.loads(file.read_text())
+            results.append(result)
+            steps = ", ".join(f"{k} {v:.0f} s" for k, v in result["timings"].items())
+            print(
+                f"{model}: {seconds:.0f} s ({steps}); peak RSS {result['peak_rss_mb']['process']}"
+                f" MB, largest child {result['peak_rss_mb']['largest_child']} MB",
+                flush=True,
+            )
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = [r for result in results if "error" not in result for r in csv_rows(result)]
+    with (args.out / "fp16_accuracy.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = "benchmarks/fp16_accuracy.py --models " + " ".join(models)
+    if args.configfile:
+        command += f" --configfile {args.configfile}"
+    if args.batch:
+        command += f" --batch {args.batch}"
+    header = (
+        f"fp16 against the fp32 framework, `{command}`, {when}, {platform.machine()} "
+        f"({len(os.sched_getaffinity(0))} cores), {versions()}. "
+        "Weights as the workflow makes them (seeded-random unless a checkpoint is configured: "
+        "trained weights may give other figures). Errors as the accuracy step computes them; "
+        "the tolerance is `accuracy.precision_tolerance.fp16` of the config."
+    )
+    (args.out / "fp16_accuracy.md").write_text(markdown(results, header))
+    print(f"wrote {args.out / 'fp16_accuracy.csv'} and {args.out / 'fp16_accuracy.md'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
