@@ -80,6 +80,7 @@ COLUMNS = [
     "mismatched",
     "passed",
     "ort_kernels",
+    "note",
 ]
 
 
@@ -320,7 +321,9 @@ def measure_model(
         try:
             if converter == "onnx-fp16":
                 blocked = list(entry["settings"].get("op_block_list") or [])
-                onnx_fp16(exports[entry["export"]], out, op_block_list=blocked)
+                clipped = onnx_fp16(exports[entry["export"]], out, op_block_list=blocked)
+                if clipped:
+                    record["note"] = f"weights clipped to ±1e4: {', '.join(clipped)}"
             else:
                 torchscript_fp16(
                     exports[entry["export"]], out, family.example_inputs(1, seed=0), device="cpu"
@@ -411,6 +414,7 @@ def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             "batch": result["batch"],
             "seed": result["seed"],
             "ort_kernels": artifact.get("ort_kernels", ""),
+            "note": artifact.get("note", ""),
         }
         if not artifact["outputs"]:
             rows.append(base)
@@ -478,6 +482,8 @@ def markdown(results: list[dict[str, Any]], header: str) -> str:
         for artifact in result["artifacts"]:
             if artifact["status"] != "measured" and artifact["outputs"]:
                 notes.append(f"- {model} {artifact['artifact']}: {artifact['status']}")
+            if artifact.get("note"):
+                notes.append(f"- {model} {artifact['artifact']}: {artifact['note']}")
             if artifact.get("ort_kernels"):
                 kernels.append(f"| {model} | {artifact['artifact']} | {artifact['ort_kernels']} |")
         notes += [f"- {model} {line}" for line in result["gpu_only"]]
