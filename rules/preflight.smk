@@ -1,8 +1,8 @@
 # `snakemake preflight`: first contact with a cluster, without starting a run. For every GPU of
 # the config's `targets` (`--config 'targets=[tft/A30/trt/fp16]'` names others) and every image
 # those runs use, one short job in that image on that GPU's partition checks what the runs will need there (GPU
-# inside the container, driver vs the image's CUDA, tritonserver and its backends on the GPU,
-# perf_analyzer, trtexec, deploybench) and records it. A failed check names the missing piece and
+# inside the container, CUDA initialised at the image's CUDA, tritonserver and its backends on the
+# GPU, perf_analyzer, trtexec, the image's real TensorRT version, deploybench) and records it. A failed check names the missing piece and
 # its fix; the report of a failed preflight stays in logs/preflight/<gpu>/<image>.json.
 
 
