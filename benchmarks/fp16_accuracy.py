@@ -10,7 +10,8 @@ them), with the workflow's own functions:
 * the checkpoint as the ``prepare_checkpoint`` job makes it (with no configured checkpoint, the
   seeded-random initialisation: trained weights may give other figures);
 * the fp32 framework's outputs (the reference) for the example inputs of the accuracy step at
-  the ``cpu`` sizing (its ``batch_size`` and ``seed``; ``--batch`` takes fewer samples);
+  the ``cpu`` sizing (its ``batch_size`` and ``seed``; ``--batch N``: N samples instead, run
+  ``batch_size`` at a time);
 * every fp16 artifact of the model's configured formats whose converter runs without a GPU:
   ``onnx-fp16`` (``convert.onnx_fp16``, run in onnxruntime on CPU) and ``torchscript-fp16``
   (``convert.torchscript_fp16`` on ``device="cpu"``, run in TorchScript); the exports they are
@@ -18,8 +19,12 @@ them), with the workflow's own functions:
   row saying so. A model whose configured fp16 formats are all TorchScript also gets
   ``onnx fp16 (proxy)``: the ONNX export converted the same way, to measure fp16 where its own
   artifact cannot be made here. ``tensorrt`` and ``tf-trt`` need a GPU and are listed only;
-* for PyTorch models, ``framework fp16 (eager)``: the framework module itself in half
-  precision (``module.half()``) on CPU, an estimate of fp16 arithmetic, not an artifact;
+* ``framework fp16 (eager)``: the framework model itself computing in float16 on CPU (PyTorch:
+  ``module.half()``; Keras: built under the float16 dtype policy), an estimate of what fp16
+  arithmetic does (onnxruntime's CPU computes most fp16 nodes in fp32), not an artifact; for
+  3-D convolutions (nnU-Net), which PyTorch runs in float16 on CPU only by a slow path,
+  ``framework fp16 (emulated)``: float32 kernels with every layer's weights, inputs and outputs
+  rounded to float16;
 * per output, :func:`deploybench.accuracy.measure` (max abs/rel error and the model's own
   quantities: arg-max flips, moved durations) and the verdict of the accuracy step at the
   configured fp16 tolerance (``accuracy.precision_tolerance.fp16``) by
@@ -27,8 +32,11 @@ them), with the workflow's own functions:
 * for ONNX artifacts, which kernels onnxruntime ran in fp16 (its profile at batch 1): where the
   CPU has no fp16 kernel it inserts casts and computes in fp32.
 
-Writes ``OUT/fp16_accuracy.csv`` (a row per model x artifact x output) and
-``OUT/fp16_accuracy.md`` (the tables) and prints each model's timing and peak memory.
+Each model's figures go to ``OUT/models/<model>.json`` as it is done; then
+``OUT/fp16_accuracy.csv`` (a row per model x artifact x output) and ``OUT/fp16_accuracy.md``
+(the tables) are written from every model measured into OUT with the same ``--configfile``, so
+``--models nnunet`` measures nnU-Net again and keeps the other models' rows. It prints each
+model's timing and peak memory.
 Exit status 1 if a model's measurement failed (a conversion that fails is a row, not a failure).
 """
 
@@ -41,11 +49,13 @@ import datetime
 import json
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +68,11 @@ CPU_CONVERTERS = ("onnx-fp16", "torchscript-fp16")
 RUNTIME = {"onnx-fp16": "onnxruntime", "torchscript-fp16": "torchscript"}
 # Why a conversion is known to fail on CPU (said beside its error).
 KNOWN_FAILURES = {"torchscript-fp16": "issue 27"}
+# How long a TorchScript fp16 conversion may take here (TFT's: seconds).
+CONVERT_TIMEOUT_S = 600
 PROXY = "onnx fp16 (proxy)"
 EAGER = "framework fp16 (eager)"
+EMULATED = "framework fp16 (emulated)"
 COLUMNS = [
     "model",
     "artifact",
@@ -136,10 +149,12 @@ def fp16_plans(config: dict[str, Any], model: str) -> list[Any]:
 
 
 def short_error(error: BaseException, tmp: Path) -> str:
-    """An error's last line (TorchScript's come after a long serialized traceback), without
-    onnxruntime's "Load model from <file> failed:" or this run's temporary paths."""
+    """An error in a line: its last ``SomeError: ...`` line (TorchScript's come after a long
+    serialized traceback), else its first, without onnxruntime's "Load model from <file>
+    failed:" or this run's temporary paths."""
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    text = lines[-1] if lines else type(error).__name__
+    named = [line for line in lines if re.match(r"\w*(Error|Exception)\b", line)]
+    text = named[-1] if named else lines[0] if lines else type(error).__name__
     text = text.split(" failed:", 1)[-1].replace(f"{tmp}/", "")
     return text if len(text) <= 240 else text[:237] + "..."
 
@@ -184,7 +199,7 @@ def measure_model(
     """Everything this benchmark reports of one model (run in its own process)."""
     from deploybench.accuracy import compare_outputs, measure
     from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
-    from deploybench.convert import onnx_fp16, torchscript_fp16
+    from deploybench.convert import onnx_fp16
     from deploybench.errors import AccuracyError
     from deploybench.export import export_model
     from deploybench.models import load_family
@@ -279,9 +294,12 @@ def measure_model(
             lap(f"export {fmt}")
         return exports[fmt]
 
+    for entry in artifacts.values():  # first, while no reference is held (tf2onnx: ~8 GB)
+        exported(entry["export"])
     module = family.serving_module(checkpoint)
     feeds = family.example_inputs(batch, seed)
-    reference = family.framework_outputs(module, feeds)
+    chunk = int(plan.accuracy["batch_size"])  # the accuracy step's batch, whatever --batch is
+    reference = in_chunks(lambda part: family.framework_outputs(module, part), feeds, chunk)
     lap("fp32 reference")
     input_names = [s.name for s in family.inputs]
     output_names = [s.name for s in family.outputs]
@@ -302,7 +320,8 @@ def measure_model(
                 rows.append(
                     {
                         "output": name,
-                        "elements": int(np.size(reference[name])),
+                        # compared elements: both sides' where a frame count moved
+                        "elements": verdict.get("elements", int(np.size(reference[name]))),
                         "figures": measured[name],
                         "mismatched": verdict.get("mismatched", ""),
                         "passed": verdict.get("passed", False),
@@ -325,9 +344,8 @@ def measure_model(
                 if clipped:
                     record["note"] = f"weights clipped to ±1e4: {', '.join(clipped)}"
             else:
-                torchscript_fp16(
-                    exports[entry["export"]], out, family.example_inputs(1, seed=0), device="cpu"
-                )
+                feeds_1 = family.example_inputs(1, seed=0)  # as the convert job traces it
+                in_subprocess(torchscript_fp16_cpu, exports[entry["export"]], out, feeds_1)
         except Exception as error:  # noqa: BLE001 - the row says what failed
             known = f"; {KNOWN_FAILURES[converter]}" if converter in KNOWN_FAILURES else ""
             results.append(
@@ -340,7 +358,7 @@ def measure_model(
             runner = load_runner(
                 RUNTIME[converter], out, input_names=input_names, output_names=output_names
             )
-            actual = dict(zip(runner.output_names, runner(feeds), strict=True))
+            actual = in_chunks(named_outputs(runner), feeds, chunk)
             del runner
         except Exception as error:  # noqa: BLE001 - the row says what failed
             results.append({**record, **outcome(None, f"did not run: {short_error(error, tmp)}")})
@@ -354,15 +372,21 @@ def measure_model(
             lap(f"profile {record['artifact']}")
         results.append({**record, **outcome(actual, "measured", ort_kernels=kernels)})
 
-    if family.framework == "pytorch":
-        record = {"artifact": EAGER, "formats": "an estimate", "converter": "module.half()"}
-        record["runtime"] = "torch (eager)"
-        try:
-            actual = eager_fp16(module, family, feeds)
-            results.append({**record, **outcome(actual, "measured")})
-        except Exception as error:  # noqa: BLE001 - the row says what failed
-            results.append({**record, **outcome(None, f"did not run: {short_error(error, tmp)}")})
-        lap("framework fp16 (eager)")
+    emulated = family.framework == "pytorch" and has_conv3d(module)
+    how = {
+        "pytorch": ("module.half()", "torch (eager)"),
+        "tensorflow": ("float16 policy", "keras"),
+        "emulated": ("float16 rounding per layer (no fast float16 Conv3d on CPU)", "torch"),
+    }["emulated" if emulated else family.framework]
+    name = EMULATED if emulated else EAGER
+    record = {"artifact": name, "formats": "an estimate", "converter": how[0], "runtime": how[1]}
+    try:
+        run = emulated_fp16(module, family) if emulated else eager_fp16(module, family, checkpoint)
+        actual = in_chunks(run, feeds, chunk)
+        results.append({**record, **outcome(actual, "measured")})
+    except Exception as error:  # noqa: BLE001 - the row says what failed
+        results.append({**record, **outcome(None, f"did not run: {short_error(error, tmp)}")})
+    lap(name)
 
     return {
         "model": model,
@@ -377,24 +401,133 @@ def measure_model(
     }
 
 
-def eager_fp16(module: Any, family: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The framework module in half precision on CPU (float32 inputs cast to float16, float16
-    outputs back to float32): fp16 arithmetic, as a GPU's kernels would do it, without a GPU."""
+Outputs = dict[str, np.ndarray]
+
+
+def eager_fp16(
+    module: Any, family: Any, checkpoint: dict[str, Any]
+) -> Callable[[Outputs], Outputs]:
+    """The framework model computing in float16 on CPU (float32 inputs cast to float16, float16
+    outputs back to float32): fp16 arithmetic as a GPU's kernels do it, without a GPU. PyTorch:
+    the module itself, ``half()`` (in place: the last use of the module); Keras: the network
+    built again under the float16 dtype policy, with the checkpoint's weights."""
+
+    def half(feeds: Outputs) -> Outputs:
+        return {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+
+    def single(outputs: Outputs) -> Outputs:
+        return {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in outputs.items()}
+
+    if family.framework == "tensorflow":
+        import keras
+
+        keras.config.set_dtype_policy("float16")
+        try:
+            model = family.serving_module(checkpoint)
+        finally:
+            keras.config.set_dtype_policy("float32")
+        return lambda feeds: single(family.framework_outputs(model, half(feeds)))
+    module.half()
+    return lambda feeds: single(family.framework_outputs(module, half(feeds)))
+
+
+def named_outputs(runner: Any) -> Callable[[Outputs], Outputs]:
+    return lambda feeds: dict(zip(runner.output_names, runner(feeds), strict=True))
+
+
+def has_conv3d(module: Any) -> bool:
     import torch
 
-    half = module.half()  # in place: the last use of the module
-    tensors = [torch.from_numpy(feeds[s.name]) for s in family.inputs]
+    return any(isinstance(m, torch.nn.Conv3d) for m in module.modules())
+
+
+def emulated_fp16(module: Any, family: Any) -> Callable[[Outputs], Outputs]:
+    """float16 arithmetic emulated in float32: weights, inputs and every layer's output rounded to
+    float16, products summed in float32 (as a GPU's fp16 convolutions accumulate). For 3-D
+    convolutions, which PyTorch runs in float16 on CPU only by a slow path (tens of minutes and
+    ~8 GB for one 128³ nnU-Net volume). Rounds the module's weights in place."""
+    import torch
+
+    def rounded(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            return value.half().float()
+        if isinstance(value, tuple):
+            return tuple(rounded(v) for v in value)
+        return value
+
     with torch.no_grad():
-        out = half(*(t.half() if t.dtype == torch.float32 else t for t in tensors))
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    return {
-        s.name: (t.float() if t.dtype == torch.float16 else t).numpy()
-        for s, t in zip(family.outputs, outs, strict=True)
-    }
+        for tensor in [*module.parameters(), *module.buffers()]:
+            if tensor.dtype == torch.float32:
+                tensor.copy_(rounded(tensor))
+    for leaf in (m for m in module.modules() if not list(m.children())):
+        leaf.register_forward_hook(lambda _m, _i, out: rounded(out))
+
+    def run(feeds: Outputs) -> Outputs:
+        fp16_valued = {
+            k: v.astype(np.float16).astype(np.float32) if v.dtype == np.float32 else v
+            for k, v in feeds.items()
+        }
+        return family.framework_outputs(module, fp16_valued)
+
+    return run
+
+
+def in_chunks(run: Callable[[Outputs], Outputs], feeds: Outputs, size: int) -> Outputs:
+    """``run`` over ``feeds`` ``size`` samples at a time, the outputs joined. An output whose
+    data-dependent size differs between chunks (FastPitch's frames) is padded with zeros, as the
+    model pads a batch's shorter utterances."""
+    total = len(next(iter(feeds.values())))
+    parts = [run({k: v[i : i + size] for k, v in feeds.items()}) for i in range(0, total, size)]
+    joined = {}
+    for name in parts[0]:
+        arrays = [p[name] for p in parts]
+        shape = np.max([a.shape for a in arrays], axis=0)
+        padded = [
+            np.pad(a, [(0, 0)] + [(0, n - d) for n, d in zip(shape[1:], a.shape[1:], strict=True)])
+            for a in arrays
+        ]
+        joined[name] = np.concatenate(padded)
+    return joined
+
+
+def torchscript_fp16_cpu(source: Path, out: Path, feeds: dict[str, np.ndarray]) -> None:
+    from deploybench.convert import torchscript_fp16
+
+    torchscript_fp16(source, out, feeds, device="cpu")
+
+
+def in_subprocess(function: Any, *args: Any) -> None:
+    """``function(*args)`` in a process of its own, given ``CONVERT_TIMEOUT_S``: the TorchScript
+    fp16 trace runs the model in float16 on CPU, which for 3-D convolutions takes tens of
+    minutes (and then fails, issue 27). Its error is raised here as a RuntimeError."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    errors = context.Queue()
+    proc = context.Process(target=_report_errors, args=(errors, function, *args))
+    proc.start()
+    proc.join(CONVERT_TIMEOUT_S)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        raise TimeoutError(
+            f"did not finish in {CONVERT_TIMEOUT_S} s on CPU (the trace runs the model in float16)"
+        )
+    if proc.exitcode:
+        raise RuntimeError(errors.get() if not errors.empty() else f"exit status {proc.exitcode}")
+
+
+def _report_errors(errors: Any, function: Any, *args: Any) -> None:
+    try:
+        function(*args)
+    except Exception as error:
+        errors.put(str(error))
+        raise SystemExit(1) from error
 
 
 def peak_rss_mb() -> dict[str, float]:
-    """This process's peak RSS, and that of its largest finished child (tf2onnx), in MB."""
+    """This process's peak RSS, and that of its largest finished child (tf2onnx, the conversion
+    subprocess), in MB; a child's counts the pages it shared with this process after fork."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"process": round(own), "largest_child": round(children)}
@@ -464,7 +597,9 @@ def markdown(results: list[dict[str, Any]], header: str) -> str:
     for result in results:
         model = result["model"]
         if "error" in result:
-            notes.append(f"- {model}: **measurement failed**: {result['error']}")
+            notes.append(
+                f"- {model}: **measurement failed** ({result['measured_at']}): {result['error']}"
+            )
             continue
         for row in csv_rows(result):
             what = f"{row['artifact']} ({row['formats']})"
@@ -490,9 +625,11 @@ def markdown(results: list[dict[str, Any]], header: str) -> str:
         timing = ", ".join(f"{k} {v:.0f} s" for k, v in result["timings"].items())
         rss = result["peak_rss_mb"]
         notes.append(
-            f"- {model}: batch {result['batch']}, seed {result['seed']}, weights: "
-            f"{result['origin']}; {timing}; peak RSS {rss['process']} MB "
-            f"(largest child {rss['largest_child']} MB)"
+            f"- {model}: measured {result['measured_at']}, batch {result['batch']}, "
+            f"seed {result['seed']}, weights: "
+            f"{result['origin']}; {timing}; peak RSS {rss['process']} MB, of a child process "
+            f"{rss['largest_child']} MB (tf2onnx, the conversion; a forked child counts the "
+            "pages it shares with its parent)"
         )
     if kernels:
         lines += [
@@ -521,16 +658,77 @@ def versions() -> str:
 # ---------------------------------------------------------------------------- main
 
 
-def run_child(args: argparse.Namespace, model: str, result: Path) -> tuple[int, str]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", model, "--result", str(result)]
-    if args.configfile:
-        cmd += ["--configfile", str(args.configfile)]
-    if args.batch:
-        cmd += ["--batch", str(args.batch)]
+def run_child(model: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Measure ``model`` in a process of its own; its result, or ``error`` if it failed. The
+    model is named in a job file, not on the child's command line."""
+    job = tmp / f"job-{len(list(tmp.glob('job-*.json')))}.json"
+    result = job.with_name(job.name.replace("job-", "result-"))
+    configfile = str(args.configfile) if args.configfile else ""
+    job.write_text(
+        json.dumps(
+            {"model": model, "configfile": configfile, "batch": args.batch, "out": str(result)}
+        )
+    )
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(job)]
     proc = subprocess.run(
         cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
-    return proc.returncode, proc.stderr
+    if proc.returncode == 0:
+        measured: dict[str, Any] = json.loads(result.read_text())
+        return measured
+    print(proc.stderr[-3000:], file=sys.stderr)
+    named = [line for line in proc.stderr.splitlines() if re.match(r"\w*(Error|Exception)\b", line)]
+    code = proc.returncode
+    error = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    return {
+        "model": model,
+        "configfile": configfile,
+        "measured_at": now(),
+        "error": f"{error}: {named[-1]}" if named else error,
+    }
+
+
+def child(job_file: Path) -> int:
+    job = json.loads(job_file.read_text())
+    config = load_config(Path(job["configfile"]) if job["configfile"] else None)
+    with tempfile.TemporaryDirectory(prefix="deploybench-fp16-") as tmp:
+        result = measure_model(config, job["model"], job["batch"], Path(tmp))
+    result.update(configfile=job["configfile"], measured_at=now(), versions=versions())
+    Path(job["out"]).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def write_tables(out: Path, config: dict[str, Any], configfile: str) -> None:
+    """The CSV and markdown tables of every model measured into ``out`` with this config file
+    (``out/models/<model>.json``: a model measured again replaces its own rows only)."""
+    results = []
+    for model in config["models"]:
+        file = out / "models" / f"{model}.json"
+        if file.is_file():
+            result = json.loads(file.read_text())
+            if result.get("configfile", "") == configfile:
+                results.append(result)
+    rows = [r for result in results if "error" not in result for r in csv_rows(result)]
+    with (out / "fp16_accuracy.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    command = ".venv/bin/python benchmarks/fp16_accuracy.py"
+    if configfile:
+        command += f" --configfile {configfile}"
+    header = (
+        f"fp16 against the fp32 framework: `{command} [--models ...]`, on {platform.machine()} "
+        f"with {len(os.sched_getaffinity(0))} cores (each model's date, batch and timing below; "
+        f"{versions()}). Weights as the workflow makes them (seeded-random unless a checkpoint "
+        "is configured: trained weights may give other figures). Errors as the accuracy step "
+        "computes them (`accuracy.measure`); the tolerance is the config's "
+        "`accuracy.precision_tolerance.fp16` when the model was measured."
+    )
+    (out / "fp16_accuracy.md").write_text(markdown(results, header))
 
 
 def main() -> int:
@@ -538,65 +736,41 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", help="model entries, space- or comma-separated")
     parser.add_argument("--configfile", type=Path, help="layered over config/config.yaml")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "fp16")
-    parser.add_argument("--batch", type=int, help="fewer samples than the accuracy batch_size")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--batch",
+        type=int,
+        help="samples instead of the accuracy batch_size (run that many at a time)",
+    )
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        return child(args.child)
 
     config = load_config(args.configfile)
-    if args.child:
-        with tempfile.TemporaryDirectory(prefix="deploybench-fp16-") as tmp:
-            result = measure_model(config, args.child, args.batch, Path(tmp))
-        args.result.write_text(json.dumps(result, indent=1))
-        return 0
-
-    models = [m for given in args.models or sorted(config["models"]) for m in given.split(",")]
+    models = [m for given in args.models or config["models"] for m in given.split(",")]
     unknown = sorted(set(models) - set(config["models"]))
     if unknown:
         parser.error(f"unknown models {unknown}; valid: {', '.join(sorted(config['models']))}")
-    results, failed = [], 0
+    (args.out / "models").mkdir(parents=True, exist_ok=True)
+    failed = 0
     with tempfile.TemporaryDirectory(prefix="deploybench-fp16-") as tmp:
         for model in models:
             start = time.monotonic()
-            file = Path(tmp) / f"{model}.json"
-            code, stderr = run_child(args, model, file)
+            result = run_child(model, args, Path(tmp))
             seconds = time.monotonic() - start
-            if code:
+            (args.out / "models" / f"{model}.json").write_text(json.dumps(result, indent=1) + "\n")
+            if "error" in result:
                 failed += 1
-                tail = [line for line in stderr.strip().splitlines() if line.strip()]
-                error = tail[-1] if tail else f"exit status {code}"
-                print(f"{model}: FAILED after {seconds:.0f} s: {error}", flush=True)
-                print(stderr[-3000:], file=sys.stderr)
-                results.append({"model": model, "error": error})
+                print(f"{model}: FAILED after {seconds:.0f} s: {result['error']}", flush=True)
                 continue
-            result = json.loads(file.read_text())
-            results.append(result)
             steps = ", ".join(f"{k} {v:.0f} s" for k, v in result["timings"].items())
+            rss = result["peak_rss_mb"]
             print(
-                f"{model}: {seconds:.0f} s ({steps}); peak RSS {result['peak_rss_mb']['process']}"
-                f" MB, largest child {result['peak_rss_mb']['largest_child']} MB",
+                f"{model}: {seconds:.0f} s ({steps}); peak RSS {rss['process']} MB, largest "
+                f"child {rss['largest_child']} MB",
                 flush=True,
             )
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows = [r for result in results if "error" not in result for r in csv_rows(result)]
-    with (args.out / "fp16_accuracy.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    command = "benchmarks/fp16_accuracy.py --models " + " ".join(models)
-    if args.configfile:
-        command += f" --configfile {args.configfile}"
-    if args.batch:
-        command += f" --batch {args.batch}"
-    header = (
-        f"fp16 against the fp32 framework, `{command}`, {when}, {platform.machine()} "
-        f"({len(os.sched_getaffinity(0))} cores), {versions()}. "
-        "Weights as the workflow makes them (seeded-random unless a checkpoint is configured: "
-        "trained weights may give other figures). Errors as the accuracy step computes them; "
-        "the tolerance is `accuracy.precision_tolerance.fp16` of the config."
-    )
-    (args.out / "fp16_accuracy.md").write_text(markdown(results, header))
+    write_tables(args.out, config, str(args.configfile) if args.configfile else "")
     print(f"wrote {args.out / 'fp16_accuracy.csv'} and {args.out / 'fp16_accuracy.md'}")
     return 1 if failed else 0
 
