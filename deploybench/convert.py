@@ -135,14 +135,8 @@ def tensorrt_command(
 
 def parse_trt_version(text: str) -> tuple[int, int] | None:
     """TensorRT's version from trtexec's banner, e.g. ``[TensorRT v8501]`` -> (8, 5)."""
-    release = parse_trt_release(text)
+    release = parse_banner(text)
     return None if release is None else _major_minor(release)
-
-
-def parse_trt_release(text: str) -> str | None:
-    """TensorRT's full version from trtexec's banner: ``[TensorRT v100800] [b43]`` ->
-    ``10.8.0.43`` (8.x encodes as MNPP, 8501; 9 and later as MMNNPP, 100800)."""
-    return parse_banner(text)
 
 
 def _major_minor(release: str) -> tuple[int, int]:
@@ -153,7 +147,7 @@ def _major_minor(release: str) -> tuple[int, int]:
 def trtexec_release() -> str | None:
     """The full TensorRT version of the ``trtexec`` on PATH (its ``--help`` banner)."""
     out = subprocess.run(["trtexec", "--help"], capture_output=True, text=True, check=False)
-    return parse_trt_release(out.stdout + out.stderr)
+    return parse_banner(out.stdout + out.stderr)
 
 
 def trtexec_version() -> tuple[int, int] | None:

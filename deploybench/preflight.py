@@ -893,8 +893,8 @@ def _read(path: Path) -> str:
 
 
 def check_trtexec(spec: PreflightSpec) -> Check:
-    from .convert import parse_trt_release, parse_trt_version
-    from .trt_version import same_release
+    from .convert import parse_trt_version
+    from .trt_version import parse_banner, same_release
 
     name = "trtexec"
     if not spec["trtexec_flags"]:
@@ -943,7 +943,7 @@ def check_trtexec(spec: PreflightSpec) -> Check:
             facts,
         )
     # a plan loads only in the TensorRT that built it: this trtexec's must be the image's
-    release = parse_trt_release(out.text) or str(facts["tensorrt"])
+    release = parse_banner(out.text) or str(facts["tensorrt"])
     wanted = (spec["release"] or {}).get("tensorrt")
     facts["tensorrt_release"] = release
     facts["recorded"] = wanted

@@ -89,7 +89,6 @@ def test_trtexec_banners_give_the_full_version():
     # TensorRT's samples/common/logging.h: "[TensorRT v" NV_TENSORRT_VERSION "] [b" BUILD "]"
     banner = "&&&& RUNNING TensorRT.trtexec [TensorRT v100800] [b43] # trtexec --help"
     assert trt.parse_banner(banner) == "10.8.0.43"
-    assert cv.parse_trt_release(banner) == "10.8.0.43"
     assert cv.parse_trt_version(banner) == (10, 8)  # what picks trtexec's flags, as before
     assert trt.parse_banner("[TensorRT v8501] # trtexec") == "8.5.1"  # major*1000 before 9
     assert trt.parse_banner("[TensorRT v8203]") == "8.2.3"
