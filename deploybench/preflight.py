@@ -206,7 +206,7 @@ def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _python_probe(script: str, args: Sequence[str], timeout_s: float) -> tuple[dict[str, Any], str]:
+def python_probe(script: str, args: Sequence[str], timeout_s: float) -> tuple[dict[str, Any], str]:
     """Run ``script`` with this Python in the job's environment; its last ``PREFLIGHT <json>``
     line, or {} and why there is none."""
     out = run_command([sys.executable, "-c", script, *args], timeout_s)
@@ -396,7 +396,7 @@ def cuda_version_of(text: str | None) -> tuple[int, int] | None:
 def probe_cuda_driver(timeout_s: float = CUDA_PROBE_TIMEOUT_S) -> dict[str, Any]:
     """``cuInit`` and ``cuDriverGetVersion`` in a child process of the job's Python (a driver
     that hangs or crashes it cannot take the job along): its result, or ``{"error": ...}``."""
-    info, why = _python_probe(CUDA_DRIVER_PROBE, [], timeout_s)
+    info, why = python_probe(CUDA_DRIVER_PROBE, [], timeout_s)
     return info or {"error": f"the CUDA driver probe failed: {why}"}
 
 
@@ -508,7 +508,7 @@ def check_framework_cuda(spec: PreflightSpec, probe: GpuProbe) -> Check:
     found, failures, fixes = [], [], []
     facts: dict[str, Any] = {}
     for module in spec["frameworks"]:
-        info, why = _python_probe(FRAMEWORK_PROBE, [module], FRAMEWORK_TIMEOUT_S)
+        info, why = python_probe(FRAMEWORK_PROBE, [module], FRAMEWORK_TIMEOUT_S)
         facts[module] = info or {"error": why}
         requirements = f"images.{spec['image']}.requirements and its lock"
         if not info or "error" in info:
@@ -1101,7 +1101,7 @@ def check_image(spec: PreflightSpec) -> Check:
 def check_deploybench_imports(spec: PreflightSpec) -> Check:
     name = "deploybench_imports"
     modules = ["deploybench", "deploybench.jobs", *ROLE_MODULES[spec["role"]]]
-    info, why = _python_probe(IMPORTS_PROBE, modules, IMPORTS_TIMEOUT_S)
+    info, why = python_probe(IMPORTS_PROBE, modules, IMPORTS_TIMEOUT_S)
     if not info:
         return Check(name, FAIL, f"the import probe failed: {why}", "see the job's log")
     where = f"deploybench {info['version'] or '(not installed)'} from {info['file']}"

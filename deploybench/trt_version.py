@@ -26,7 +26,6 @@ import os
 import re
 import struct
 import subprocess
-import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -278,25 +277,13 @@ TF_TRT_PROBE = textwrap.dedent(
 
 
 def run_probe(script: str, args: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S) -> dict:
-    """``script`` run by this Python; its last ``PREFLIGHT <json>`` line ({"error": ...} when
-    there is none)."""
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", script, *args],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    for line in reversed(out.stdout.splitlines()):
-        if line.startswith("PREFLIGHT "):
-            result: dict[str, Any] = json.loads(line.removeprefix("PREFLIGHT "))
-            return result
-    tail = " ".join((out.stdout + out.stderr).strip().splitlines()[-3:])
-    return {"error": f"exit {out.returncode}: {tail}"}
+    """``script`` run by this Python, as the preflight runs its probes (a process group of its
+    own, killed at ``timeout_s``): its last ``PREFLIGHT <json>`` line, {"error": ...} when there
+    is none."""
+    from .preflight import python_probe  # preflight imports this module
+
+    info, why = python_probe(script, args, timeout_s)
+    return info or {"error": why}
 
 
 def ldd_nvinfer(library: Path) -> Path | None:
