@@ -29,7 +29,7 @@ from .errors import ConfigError, ConversionError, NeedsGPU
 from .io import MIB, atomic_path
 from .provenance import package_versions
 from .tensors import ONNX_TO_NUMPY, TensorSpec
-from .trt_version import parse_banner, tf_trt_loaded_version
+from .trt_version import major_minor, parse_banner, tf_trt_loaded_version
 
 log = logging.getLogger(__name__)
 
@@ -133,17 +133,6 @@ def tensorrt_command(
     return cmd
 
 
-def parse_trt_version(text: str) -> tuple[int, int] | None:
-    """TensorRT's version from trtexec's banner, e.g. ``[TensorRT v8501]`` -> (8, 5)."""
-    release = parse_banner(text)
-    return None if release is None else _major_minor(release)
-
-
-def _major_minor(release: str) -> tuple[int, int]:
-    major, minor = release.split(".")[:2]
-    return int(major), int(minor)
-
-
 def trtexec_release() -> str | None:
     """The full TensorRT version of the ``trtexec`` on PATH (its ``--help`` banner)."""
     out = subprocess.run(["trtexec", "--help"], capture_output=True, text=True, check=False)
@@ -152,7 +141,7 @@ def trtexec_release() -> str | None:
 
 def trtexec_version() -> tuple[int, int] | None:
     release = trtexec_release()
-    return None if release is None else _major_minor(release)
+    return None if release is None else major_minor(release)
 
 
 # ---------------------------------------------------------------------------- ONNX
@@ -483,7 +472,7 @@ def convert(
     if converter == "tensorrt":
         profile = tensorrt_profile(artifact_inputs(inputs, source), settings)
         release = trtexec_release() if shutil.which("trtexec") else None
-        version = None if release is None else _major_minor(release)
+        version = None if release is None else major_minor(release)
 
         def trtexec(plan: Path) -> list[str]:
             return tensorrt_command(

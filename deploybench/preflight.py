@@ -18,12 +18,8 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
 import urllib.error
@@ -36,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from .errors import ConfigError, PreflightError, ServerError, ToolNotFound
 from .images import running_image
-from .process import die_with_parent
+from .probe import python_probe, run_command, tail
 from .trt_version import ENGINE_CONVERTERS
 
 if TYPE_CHECKING:
@@ -150,74 +146,6 @@ def check_spec(spec: Mapping[str, Any]) -> None:
             )
 
 
-# ---------------------------------------------------------------------------- subprocesses
-
-
-@dataclass(frozen=True)
-class Output:
-    code: int | None  # None: it did not run to its end (see ``error``)
-    text: str  # stdout and stderr together
-    error: str = ""  # why it did not run to its end: not found, timed out
-
-
-def run_command(
-    cmd: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None
-) -> Output:
-    """Run ``cmd`` in its own process group; past ``timeout_s`` the group is killed."""
-    name = Path(cmd[0]).name
-    try:
-        proc = subprocess.Popen(
-            list(cmd),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-            preexec_fn=die_with_parent(signal.SIGKILL),  # noqa: PLW1509 - it only calls prctl
-        )
-    except FileNotFoundError:
-        return Output(None, "", f"{name} not found")
-    except OSError as exc:
-        return Output(None, "", f"{name} could not start: {exc}")
-    with proc:
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            out = ""
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                out, _ = proc.communicate(timeout=10)
-            return Output(None, out or "", f"{name} did not finish within {timeout_s:g} s")
-        except BaseException:
-            _kill_group(proc.pid)
-            proc.wait()
-            raise
-    return Output(proc.returncode, out)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _tail(text: str, lines: int = 8) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def python_probe(script: str, args: Sequence[str], timeout_s: float) -> tuple[dict[str, Any], str]:
-    """Run ``script`` with this Python in the job's environment; its last ``PREFLIGHT <json>``
-    line, or {} and why there is none."""
-    out = run_command([sys.executable, "-c", script, *args], timeout_s)
-    for line in reversed(out.text.splitlines()):
-        if line.startswith("PREFLIGHT "):
-            result: dict[str, Any] = json.loads(line.removeprefix("PREFLIGHT "))
-            return result, ""
-    why = out.error or f"exit {out.code}"
-    return {}, f"{why}: {_tail(out.text)}" if out.text.strip() else why
-
-
 # ---------------------------------------------------------------------------- GPU and driver
 
 
@@ -236,7 +164,7 @@ def probe_gpus(timeout_s: float = NVIDIA_SMI_TIMEOUT_S) -> GpuProbe:
     )
     if out.code != 0:
         return GpuProbe(
-            [], f"nvidia-smi failed ({out.error or f'exit {out.code}'}): {_tail(out.text)}"
+            [], f"nvidia-smi failed ({out.error or f'exit {out.code}'}): {tail(out.text)}"
         )
     gpus = []
     for line in out.text.splitlines():
@@ -840,7 +768,7 @@ def check_perf_analyzer(spec: PreflightSpec, run: TritonRun, work: Path) -> Chec
         return Check(
             name,
             FAIL,
-            f"perf_analyzer {out.error or f'exit {out.code}'}: {_tail(out.text)}",
+            f"perf_analyzer {out.error or f'exit {out.code}'}: {tail(out.text)}",
             f"{fix}; it links libb64.so.0d and libcudart.so.12",
             {"binary": str(binary)},
         )
@@ -893,8 +821,7 @@ def _read(path: Path) -> str:
 
 
 def check_trtexec(spec: PreflightSpec) -> Check:
-    from .convert import parse_trt_version
-    from .trt_version import parse_banner, same_release
+    from .trt_version import parse_banner, parse_trt_version, same_release
 
     name = "trtexec"
     if not spec["trtexec_flags"]:
@@ -929,7 +856,7 @@ def check_trtexec(spec: PreflightSpec) -> Check:
             name,
             FAIL,
             f"`trtexec --help` gave no TensorRT version ({out.error or f'exit {out.code}'}): "
-            f"{_tail(out.text, 3)}",
+            f"{tail(out.text, 3)}",
             f"check TensorRT's installation in the image (images.{spec['image']}.from)",
             facts,
         )
@@ -1187,7 +1114,7 @@ def run_checks(spec: PreflightSpec) -> list[Check]:
                         add(name, functools.partial(Check, name, FAIL, error, "see the job's log"))
             if any(done[n].status == FAIL for n in ("tritonserver", "tritonserver_gpu")):
                 # the server's log goes with the temp dir: keep its end in the job's log
-                log.info("tritonserver log (end):\n%s", _tail(_read(work / "tritonserver.log"), 40))
+                log.info("tritonserver log (end):\n%s", tail(_read(work / "tritonserver.log"), 40))
         else:
             for name in ("tritonserver", "tritonserver_gpu", "perf_analyzer"):
                 done[name] = Check(name, SKIP, applies(spec, name))

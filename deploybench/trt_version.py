@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, EngineVersionMismatch
+from .probe import python_probe
 
 # Converters whose artifact holds TensorRT engines built in the framework image.
 ENGINE_CONVERTERS = ("tensorrt", "tf-trt")
@@ -138,6 +139,17 @@ def parse_banner(text: str) -> str | None:
         major, minor, patch = number // 1000, number // 100 % 10, number % 100
     build = f".{int(match.group(2))}" if match.group(2) else ""
     return f"{major}.{minor}.{patch}{build}"
+
+
+def parse_trt_version(text: str) -> tuple[int, int] | None:
+    """TensorRT's version from trtexec's banner, e.g. ``[TensorRT v8501]`` -> (8, 5)."""
+    release = parse_banner(text)
+    return None if release is None else major_minor(release)
+
+
+def major_minor(release: str) -> tuple[int, int]:
+    major, minor = release.split(".")[:2]
+    return int(major), int(minor)
 
 
 def tf_trt_loaded_version() -> str | None:
@@ -280,8 +292,6 @@ def run_probe(script: str, args: Sequence[str] = (), timeout_s: float = PROBE_TI
     """``script`` run by this Python, as the preflight runs its probes (a process group of its
     own, killed at ``timeout_s``): its last ``PREFLIGHT <json>`` line, {"error": ...} when there
     is none."""
-    from .preflight import python_probe  # preflight imports this module
-
     info, why = python_probe(script, args, timeout_s)
     return info or {"error": why}
 

@@ -19,6 +19,7 @@ import torch
 from deploybench import config as dbc
 from deploybench import convert as cv
 from deploybench import jobs
+from deploybench import trt_version as tv
 from deploybench.io import MIB
 from deploybench.models import load_family
 from deploybench.plan import conversion_settings
@@ -110,12 +111,12 @@ def test_old_tensorrt_gets_its_own_flags():
     assert "--explicitBatch" not in trt80 and "--fp16" not in trt80
     trt72 = cv.tensorrt_command(**common, profile=profile, workspace_mb=512, trt_version=(7, 2))
     assert "--explicitBatch" in trt72
-    assert cv.parse_trt_version("&&&& RUNNING TensorRT.trtexec [TensorRT v8501] # trtexec") == (
+    assert tv.parse_trt_version("&&&& RUNNING TensorRT.trtexec [TensorRT v8501] # trtexec") == (
         8,
         5,
     )
-    assert cv.parse_trt_version("[TensorRT v100700] # trtexec --help") == (10, 7)
-    assert cv.parse_trt_version("no banner") is None
+    assert tv.parse_trt_version("[TensorRT v100700] # trtexec --help") == (10, 7)
+    assert tv.parse_trt_version("no banner") is None
 
 
 def test_dynamic_dimensions_take_configured_shapes():

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from deploybench import jobs, preflight
+from deploybench import jobs, preflight, probe
 from deploybench.errors import ConfigError, PreflightError
 from deploybench.io import sha256_of
 from deploybench.plan import plan_preflight
@@ -202,9 +202,9 @@ def test_trtexec_check_reads_the_version_and_names_missing_flags(tmp_path, monke
 
 
 def test_a_hung_tool_is_killed_at_its_timeout():
-    out = preflight.run_command(["sleep", "30"], timeout_s=0.5)
+    out = probe.run_command(["sleep", "30"], timeout_s=0.5)
     assert out.code is None and "did not finish within 0.5 s" in out.error
-    assert preflight.run_command(["no-such-tool-here"], 5).error == "no-such-tool-here not found"
+    assert probe.run_command(["no-such-tool-here"], 5).error == "no-such-tool-here not found"
 
 
 @pytest.mark.parametrize(

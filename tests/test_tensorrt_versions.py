@@ -89,11 +89,11 @@ def test_trtexec_banners_give_the_full_version():
     # TensorRT's samples/common/logging.h: "[TensorRT v" NV_TENSORRT_VERSION "] [b" BUILD "]"
     banner = "&&&& RUNNING TensorRT.trtexec [TensorRT v100800] [b43] # trtexec --help"
     assert trt.parse_banner(banner) == "10.8.0.43"
-    assert cv.parse_trt_version(banner) == (10, 8)  # what picks trtexec's flags, as before
+    assert trt.parse_trt_version(banner) == (10, 8)  # what picks trtexec's flags, as before
     assert trt.parse_banner("[TensorRT v8501] # trtexec") == "8.5.1"  # major*1000 before 9
     assert trt.parse_banner("[TensorRT v8203]") == "8.2.3"
     assert trt.parse_banner("[TensorRT v90300] [b2]") == "9.3.0.2"  # major*10000 from 9 on
-    assert cv.parse_trt_version("[TensorRT v90300]") == (9, 3)
+    assert trt.parse_trt_version("[TensorRT v90300]") == (9, 3)
     assert trt.parse_banner("no banner") is None
 
 
