@@ -67,7 +67,7 @@ SCHEMA = REPO / "config" / "schema" / "config.schema.yaml"
 CPU_CONVERTERS = ("onnx-fp16", "torchscript-fp16")
 RUNTIME = {"onnx-fp16": "onnxruntime", "torchscript-fp16": "torchscript"}
 # Why a conversion is known to fail on CPU (said beside its error).
-KNOWN_FAILURES = {"torchscript-fp16": "issue 27"}
+KNOWN_FAILURES: dict[str, str] = {}
 # How long a TorchScript fp16 conversion may take here (TFT's: seconds).
 CONVERT_TIMEOUT_S = 600
 PROXY = "onnx fp16 (proxy)"
@@ -199,7 +199,7 @@ def measure_model(
     """Everything this benchmark reports of one model (run in its own process)."""
     from deploybench.accuracy import compare_outputs, measure
     from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
-    from deploybench.convert import onnx_fp16
+    from deploybench.convert import SERVED_TYPES, onnx_fp16
     from deploybench.errors import AccuracyError
     from deploybench.export import export_model
     from deploybench.models import load_family
@@ -344,8 +344,14 @@ def measure_model(
                 if clipped:
                     record["note"] = f"weights clipped to ±1e4: {', '.join(clipped)}"
             else:
-                feeds_1 = family.example_inputs(1, seed=0)  # as the convert job traces it
-                in_subprocess(torchscript_fp16_cpu, exports[entry["export"]], out, feeds_1)
+                # from the checkpoint, halved, then traced/scripted, as the convert job does
+                in_subprocess(
+                    torchscript_fp16_cpu,
+                    plan.export.model.identity_spec(),
+                    checkpoint_file,
+                    entry["export"],
+                    out,
+                )
         except Exception as error:  # noqa: BLE001 - the row says what failed
             known = f"; {KNOWN_FAILURES[converter]}" if converter in KNOWN_FAILURES else ""
             results.append(
@@ -358,7 +364,13 @@ def measure_model(
             runner = load_runner(
                 RUNTIME[converter], out, input_names=input_names, output_names=output_names
             )
-            actual = in_chunks(named_outputs(runner), feeds, chunk)
+            served = {  # as a client sends them to the artifact's signature
+                name: array.astype(
+                    SERVED_TYPES.get(converter, {}).get(str(array.dtype), array.dtype)
+                )
+                for name, array in feeds.items()
+            }
+            actual = in_chunks(named_outputs(runner), served, chunk)
             del runner
         except Exception as error:  # noqa: BLE001 - the row says what failed
             results.append({**record, **outcome(None, f"did not run: {short_error(error, tmp)}")})
@@ -490,16 +502,24 @@ def in_chunks(run: Callable[[Outputs], Outputs], feeds: Outputs, size: int) -> O
     return joined
 
 
-def torchscript_fp16_cpu(source: Path, out: Path, feeds: dict[str, np.ndarray]) -> None:
+def torchscript_fp16_cpu(
+    identity: dict[str, Any], checkpoint_file: Path, export_format: str, out: Path
+) -> None:
+    """``convert.torchscript_fp16`` as the convert job calls it, on ``device="cpu"``."""
+    from deploybench.checkpoint import read_workflow_checkpoint
     from deploybench.convert import torchscript_fp16
+    from deploybench.models import load_family
 
-    torchscript_fp16(source, out, feeds, device="cpu")
+    family = load_family(identity["module"], dict(identity["hparams"]))
+    module = family.serving_module(read_workflow_checkpoint(family, checkpoint_file))
+    feeds = family.example_inputs(1, seed=0)  # as the convert job traces it
+    torchscript_fp16(module, out, feeds, script=export_format == "ts-script", device="cpu")
 
 
 def in_subprocess(function: Any, *args: Any) -> None:
     """``function(*args)`` in a process of its own, given ``CONVERT_TIMEOUT_S``: the TorchScript
-    fp16 trace runs the model in float16 on CPU, which for 3-D convolutions takes tens of
-    minutes (and then fails, issue 27). Its error is raised here as a RuntimeError."""
+    fp16 conversion runs the model in float16 on CPU, which for 3-D convolutions at a large
+    size is slow. Its error is raised here as a RuntimeError."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")

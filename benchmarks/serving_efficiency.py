@@ -4,9 +4,10 @@ For each model's built run (default ``results/<model>/cpu/onnx/fp32``), at the l
 batch of its ``cpu`` sizing, ``--rounds`` paired rounds; each round measures both sides once,
 the side that goes first alternating, so that drift of the machine hits both sides alike:
 
-* **Triton**: one trial of the real perf_analyzer, offline scenario (gRPC, system shared
-  memory, concurrency 1), with the sizing's measurement settings (request count, duration
-  floor and cap, retries), exactly as the workflow's offline job measures a point;
+* **Triton**: one trial of the real perf_analyzer, offline scenario (concurrency 1, over the
+  model's offline transport as planned for the run: ``models.<m>.perf.offline.transport``),
+  with the sizing's measurement settings (request count, duration floor and cap, retries),
+  exactly as the workflow's offline job measures a point;
 * **in-process**: the same artifact, loaded by the runner the python backend itself uses, with
   the same runtime and thread settings (from the repository's ``config.pbtxt``), fed the very
   data perf_analyzer sends (one example repeated to the batch, in the served types), timed
@@ -46,6 +47,7 @@ from deploybench.models import load_family
 from deploybench.plan import plan_run
 from deploybench.runtime import Runner, load_runner, threads_per_instance
 from deploybench.server import TritonServer, graceful_signals
+from deploybench.transport import of_spec
 from deploybench.triton_client import served_feeds, served_inputs
 from deploybench.triton_config import read_config, to_pbtxt
 
@@ -114,6 +116,7 @@ def benchmark(model: str, run_dir: Path, rounds: int, threads: int | None) -> Re
     offline = plan_run(config, *fields).perf_spec("offline")
     batch = max(p["batch"] for p in offline["points"])
     settings = perf.MeasureSettings(**offline["measure"])
+    transport = of_spec(offline["transport"])
     family = load_family(run.settings["module"], run.settings["hparams"])
     point = perf.Point(batch, 1)
     with tempfile.TemporaryDirectory(prefix="deploybench-bench-") as tmp:
@@ -153,14 +156,14 @@ def benchmark(model: str, run_dir: Path, rounds: int, threads: int | None) -> Re
             outputs = [s.name for s in family.outputs]
             rate: float | None = None
             inferences = settings.request_count * batch
-            with perf.shared_memory_lock(list(served), outputs):
+            with perf.shared_memory_guard(transport, list(served), outputs):
                 for i in range(rounds):
                     if i % 2:  # odd rounds: in-process first, as long as the last Triton trial
                         local.append(in_process(runner, feeds, batch, inferences))
                     row = perf.measure_point(
                         model_name=model,
-                        url=server.grpc_url,
-                        scenario=perf.SCENARIOS["offline"],
+                        url=server.url(transport.protocol),
+                        transport=transport,
                         point=point,
                         input_data=data,
                         settings=settings,

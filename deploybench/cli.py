@@ -57,15 +57,16 @@ def run_compare(args: argparse.Namespace) -> int:
     from .compare import compare_trees
     from .io import write_csv
 
-    threshold = args.threshold
+    threshold, config = args.threshold, None
     if threshold is None or args.configfile is not None:  # a named config is checked anyway
-        configured = float(load_config(args.configfile)["compare"]["regression_pct"])
+        config = load_config(args.configfile)
+        configured = float(config["compare"]["regression_pct"])
         threshold = configured if threshold is None else threshold
     result = compare_trees(args.a, args.b, threshold)
     print(f"# {result.b} against {result.a}\n")
     print(markdown(result.points))
     print()
-    for note in result.notes:
+    for note in [*result.notes, *published_label_notes(config, result.points)]:
         print(f"Note: {note}")
     print(result.summary())
     if args.csv:
@@ -100,6 +101,34 @@ def load_config(path: Path | None) -> dict[str, Any]:
     except WorkflowError as error:
         raise ConfigError(f"{path} does not match {schema}: {error}") from error
     return dict(config)
+
+
+def published_label_notes(config: dict[str, Any] | None, points: Any) -> list[str]:
+    """For each compared run whose published figures are labelled otherwise than what ran
+    (``models.<m>.published_ran``, e.g. TFT's ts-trace "fp16" rows ran fp32): the report's note,
+    named by the run. None without the config or the published reference (config/reference/)."""
+    import pandas as pd
+
+    from .images import source_tree
+    from .report import published_notes
+
+    published = source_tree() / "config" / "reference" / "published.csv"
+    if not published.is_file() or points.empty:
+        return []
+    if config is None:
+        try:
+            config = load_config(None)
+        except DeploybenchError:
+            return []
+    reference = pd.read_csv(published)
+    # a run's name, or "A → B" for two run directories compared whatever their names
+    names = dict.fromkeys(n for run in points["run"].unique() for n in str(run).split(" → "))
+    return [
+        f"{name}: {note}"
+        for name in names
+        if name.count("/") == 3
+        for note in published_notes(config, reference, name)
+    ]
 
 
 def markdown(points: Any) -> str:

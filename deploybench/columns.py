@@ -83,6 +83,11 @@ PERF_COLUMNS: tuple[Column, ...] = (
     # Every trial stable by perf_analyzer and the throughput interval within perf.max_ci_pct.
     Column("stable", "measurement", table_label="Stable"),
     Column("attempts", "measurement"),
+    # How perf_analyzer reached the server (deploybench.transport): http | grpc, and none |
+    # system | cuda shared memory, as used (a CPU device measures a configured cuda as system;
+    # the provenance's `config.transport` has the configured one and why).
+    Column("protocol", "measurement"),
+    Column("shared_memory", "measurement"),
 )
 # fmt: on
 
@@ -103,6 +108,8 @@ TRIAL_COLUMNS: list[str] = [
     "duration_capped",
     "stable",  # perf_analyzer's verdict on this trial
     "attempts",
+    "protocol",
+    "shared_memory",
 ]
 
 

@@ -246,11 +246,39 @@ def reference_format(config: dict[str, Any], fmt: str, accelerator: str) -> str:
     raise ConfigError(f"no format entry serves published format {fmt!r} with {accelerator!r}")
 
 
+def published_ran(config: dict[str, Any], model: str) -> dict[str, dict[str, dict[str, str]]]:
+    """``models.<model>.published_ran``: where the published label is not what was run, format
+    → labelled precision → ``{"precision": what ran, "note": ...}`` (empty: every label holds).
+    E.g. TFT's published ts-trace "fp16" rows served the fp32 export (config.yaml says why)."""
+    return dict(config["models"][model].get("published_ran") or {})
+
+
+def check_published_ran(config: dict[str, Any]) -> None:
+    """Each ``published_ran`` entry names a format of its model and precisions configured for
+    it, and says something other than its label (the schema checks the shape)."""
+    for model in model_names(config):
+        formats = config["models"][model]["formats"]
+        for fmt, labels in published_ran(config, model).items():
+            key = f"models.{model}.published_ran.{fmt}"
+            _choose("format", fmt, formats, f"in {key}")
+            for label, entry in labels.items():
+                for precision in (label, entry["precision"]):
+                    _choose(
+                        "precision", precision, formats[fmt], f"in {key} (models.{model}.formats)"
+                    )
+                if entry["precision"] == label:
+                    raise ConfigError(f"{key}.{label}: ran the precision it is labelled; remove it")
+
+
 def reference_run(config: dict[str, Any], row: dict[str, Any]) -> Run:
-    """The run that reproduces one published result row (model, dataset, gpu, format, ...)."""
+    """The run that reproduces one published result row (model, dataset, gpu, format, ...):
+    of the row's precision, or of the one that ran where ``published_ran`` says its label is
+    not what was run."""
     dataset = row.get("dataset")
     # pandas reads an empty cell as NaN, csv as "": either way, no data set is named
     named = dataset if isinstance(dataset, str) and dataset else None
     model = reference_model(config, str(row["model"]), named)
     fmt = reference_format(config, str(row["format"]), str(row.get("accelerator") or "none"))
-    return resolve(config, model, str(row["gpu"]), fmt, str(row["precision"]))
+    label = str(row["precision"])
+    ran = published_ran(config, model).get(fmt, {}).get(label)
+    return resolve(config, model, str(row["gpu"]), fmt, ran["precision"] if ran else label)

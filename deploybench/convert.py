@@ -19,6 +19,7 @@ import os
 import shutil
 import struct
 import subprocess
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,13 @@ def artifact_inputs(family_inputs: list[TensorSpec], onnx: Path) -> list[TensorS
 # max_finite_val (1e4 by default: float16.convert_np_to_float16) to that value, with a bare
 # warning that names no tensor.
 FLOAT16_MAX = 65504.0
+# The tensor types an fp16 TorchScript artifact serves in place of the model's (its float
+# inputs and outputs are float16; see torchscript_fp16).
+FP16_IO = {"float32": "float16"}
+# Converters that make their artifact from the checkpoint's framework module, not the export.
+FROM_CHECKPOINT = frozenset({"torchscript-fp16"})
+# The tensor types each converter's artifact serves in place of the model's.
+SERVED_TYPES: dict[str, dict[str, str]] = {"torchscript-fp16": FP16_IO}
 ONNX_FP16_CLIP = 1e4
 
 
@@ -243,48 +251,50 @@ def onnx_fp16(source: Path, out: Path, *, op_block_list: list[str] | None = None
 
 
 def torchscript_fp16(
-    source: Path, out: Path, example_inputs: dict[str, np.ndarray], *, device: str = "cuda"
+    module: Any,
+    out: Path,
+    example_inputs: dict[str, np.ndarray],
+    *,
+    script: bool,
+    device: str = "cuda",
 ) -> None:
-    """The TorchScript export in half precision on ``device``, wrapped so that it takes and
-    returns float32 (the served signature stays the export's): float32 inputs are cast to
-    float16 before the model and float16 outputs back to float32 after it. The wrapper is traced
-    with the model's example inputs; a scripted model stays scripted inside it."""
+    """TorchScript in half precision as DLE made it: the framework module moved to ``device``
+    and halved (``model.half()``), then traced with the example inputs (their float tensors in
+    float16) or scripted. Every float tensor of the served signature is float16, as DLE's
+    triton/model.py exports sent and returned (BERT, FastPitch, nnU-Net: ``--precision fp16``
+    calls ``model.half()`` before ``torch.jit.trace``/``script``; nnU-Net's dataloader sends
+    float16 images); integer tensors keep their type.
+
+    Made from the module, not from the fp32 TorchScript file: halving a traced graph keeps the
+    float32 constants the trace baked in, and its float/half operands then fail to run.
+    ``module`` itself is moved and halved (a copy would double BERT-large's memory)."""
     import torch
 
-    inner = torch.jit.load(str(source), map_location=device).eval()
     overflow = describe_out_of_range(
         out_of_range(
             {
                 name: tensor.detach().cpu().numpy()
-                for name, tensor in [*inner.named_parameters(), *inner.named_buffers()]
+                for name, tensor in [*module.named_parameters(), *module.named_buffers()]
             },
             FLOAT16_MAX,
         )
     )
     if overflow:
         raise ConversionError(
-            f"{source}: {len(overflow)} weight tensor(s) hold values beyond float16's ±65504, "
-            f"which fp16 makes infinite: {', '.join(overflow)}"
+            f"{len(overflow)} weight tensor(s) hold values beyond float16's ±65504, which fp16 "
+            f"makes infinite: {', '.join(overflow)}"
         )
-    inner = inner.half()
-
-    class Float32Io(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *inputs: torch.Tensor) -> Any:
-            cast = [x.half() if x.dtype == torch.float32 else x for x in inputs]
-            result = self.inner(*cast)
-            if isinstance(result, torch.Tensor):
-                return result.float() if result.dtype == torch.float16 else result
-            return tuple(r.float() if r.dtype == torch.float16 else r for r in result)
-
-    feeds = tuple(torch.from_numpy(a).to(device) for a in example_inputs.values())
-    with torch.no_grad():
-        traced = torch.jit.trace(Float32Io().eval(), feeds, check_trace=False)
+    half = module.to(device).half().eval()
+    feeds = tuple(
+        torch.from_numpy(a.astype(FP16_IO.get(str(a.dtype), a.dtype))).to(device)
+        for a in example_inputs.values()
+    )
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        made = torch.jit.script(half) if script else torch.jit.trace(half, feeds, check_trace=False)
+        made(*feeds)  # runs in half precision on the device, or fails here
     with atomic_path(out) as tmp:
-        torch.jit.save(traced, str(tmp))
+        torch.jit.save(made, str(tmp))
 
 
 # ---------------------------------------------------------------------------- TF-TRT
@@ -453,10 +463,14 @@ def convert(
     settings: Mapping[str, Any],
     inputs: list[TensorSpec],
     example_inputs: Callable[[int], dict[str, np.ndarray]],
+    export_format: str = "",
+    framework_module: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """Run the conversion; returns what it did (converter, parameters or command, versions).
 
     ``inputs`` is the model's signature, ``example_inputs(batch)`` deterministic feeds of it.
+    ``source`` is the export, or for a converter in FROM_CHECKPOINT the checkpoint, whose
+    serving module ``framework_module()`` returns (``export_format``: ts-trace or ts-script).
     GPU-only converters check for a GPU after working out what they would run.
     """
     if converter not in CONVERTERS:
@@ -499,8 +513,23 @@ def convert(
             record["clipped_weights"] = onnx_fp16(source, out, op_block_list=blocked)
 
     elif converter == "torchscript-fp16":
-        record["parameters"] = {"device": "cuda", "io": "float32", "compute": "float16"}
-        job = lambda: torchscript_fp16(source, out, example_inputs(1), device="cuda")
+        if framework_module is None or export_format not in ("ts-trace", "ts-script"):
+            raise ConfigError(
+                f"torchscript-fp16 is made from the framework module (model.half(), then traced "
+                f"or scripted): give it the module and a TorchScript export format, not "
+                f"{export_format!r}"
+            )
+        script = export_format == "ts-script"
+        record["parameters"] = {
+            "device": "cuda",
+            "made_by": f"model.half() then torch.jit.{'script' if script else 'trace'}",
+            "io": SERVED_TYPES[converter],
+            "compute": "float16",
+        }
+        module_of = framework_module
+        job = lambda: torchscript_fp16(
+            module_of(), out, example_inputs(1), script=script, device="cuda"
+        )
     else:  # tf-trt
         parameters = tf_trt_parameters(precision, settings)
         # the profile spans the batches Triton sends: 1 to max_batch

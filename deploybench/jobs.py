@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from .preflight import PreflightSpec
 
 log = logging.getLogger("deploybench")
+# Where the framework reference of a run is computed, by the run's device (gpus.<g>.device).
+FRAMEWORK_DEVICE = {"cpu": "cpu", "gpu": "cuda"}
 
 
 def setup_logging(path: str | Path | None) -> None:
@@ -103,19 +105,26 @@ def export(
     write_json(provenance, sidecar.collect(artifact, config, verification=report))
 
 
-def convert(spec: ConvertSpec, *, export: str, artifact: str, provenance: str) -> None:
+def convert(spec: ConvertSpec, *, source: str, artifact: str, provenance: str) -> None:
+    """``source``: the export, or the checkpoint for a converter that starts from the framework
+    module (convert.FROM_CHECKPOINT)."""
+    from .checkpoint import read_workflow_checkpoint
     from .convert import convert as run_converter
 
     model = spec["model"]
     family = load_family(model["module"], model["hparams"])
     record = run_converter(
         spec["converter"],
-        source=Path(export),
+        source=Path(source),
         out=Path(artifact),
         precision=spec["precision"],
         settings=spec["settings"],
         inputs=family.inputs,
         example_inputs=lambda batch: family.example_inputs(batch, seed=0),
+        export_format=spec["export_format"],
+        framework_module=lambda: family.serving_module(
+            read_workflow_checkpoint(family, Path(source))
+        ),
     )
     log.info("converted %s: %s", artifact, record)
     write_json(provenance, sidecar.collect(artifact, {"model": model}, conversion=record))
@@ -128,19 +137,40 @@ def repository(
     artifact_provenance: str,
     signature: list[str],
     repository: str,
+    batch_artifacts: list[str] | tuple[str, ...] = (),
+    batch_provenances: list[str] | tuple[str, ...] = (),
 ) -> None:
     """``signature``: the ONNX file whose graph inputs are the ones served (native backends on
-    an ONNX export), if any."""
+    an ONNX export), if any. With engines: per_batch (``spec['batch_models']``) the repository
+    also serves a model per batch: of ``batch_artifacts`` (trt: an engine each, in the specs'
+    order), else of ``artifact`` (onnx-trt: each with its own profile and engine cache)."""
     from .convert import artifact_inputs
-    from .repository import build_repository, engine_cache_dir, model_config, reset_engine_cache
+    from .repository import (
+        batch_engine_cache,
+        build_repository,
+        engine_cache_dir,
+        model_config,
+        reset_engine_cache,
+    )
     from .triton_config import to_pbtxt
 
-    sidecar.verify(artifact, artifact_provenance)
-    if "tensorrt" in spec:  # engines inside: only the TensorRT that built them loads them
-        from .trt_version import check_engine
+    batch_models = spec.get("batch_models") or []
+    if batch_artifacts and len(batch_artifacts) != len(batch_models):
+        raise ValueError(
+            f"{repository}: {len(batch_artifacts)} per-batch artifacts for the models "
+            f"{[m['name'] for m in batch_models]}"
+        )
+    served = [
+        (artifact, artifact_provenance),
+        *zip(batch_artifacts, batch_provenances, strict=True),
+    ]
+    for path, path_provenance in served:
+        sidecar.verify(path, path_provenance)
+        if "tensorrt" in spec:  # engines inside: only the TensorRT that built them loads them
+            from .trt_version import check_engine
 
-        built = check_engine(artifact, artifact_provenance, spec["tensorrt"])
-        log.info("%s: built by TensorRT %s, as %s serves it", artifact, built, spec["tensorrt"])
+            built = check_engine(path, path_provenance, spec["tensorrt"])
+            log.info("%s: built by TensorRT %s, as %s serves it", path, built, spec["tensorrt"])
     model = spec["model"]
     family = load_family(model["module"], model["hparams"])
     inputs = artifact_inputs(family.inputs, Path(signature[0])) if signature else family.inputs
@@ -156,10 +186,29 @@ def repository(
         artifact_name=spec["artifact_name"],
         engine_cache=engine_cache if builds_engine else None,
     )
-    build_repository(config, Path(artifact), spec["artifact_name"], Path(repository))
+    more = [
+        (
+            model_config(
+                name=entry["name"],
+                serving=dict(entry["serving"]),
+                triton=entry["triton"],
+                device=spec["device"],
+                inputs=inputs,
+                outputs=family.outputs,
+                artifact_name=spec["artifact_name"],
+                engine_cache=batch_engine_cache(engine_cache, entry["name"])
+                if builds_engine
+                else None,
+            ),
+            Path(batch_artifacts[k] if batch_artifacts else artifact),
+        )
+        for k, entry in enumerate(batch_models)
+    ]
+    build_repository(config, Path(artifact), spec["artifact_name"], Path(repository), more)
     if builds_engine:  # the servers of this repository build the engine anew, once
         reset_engine_cache(engine_cache)
-    log.info("model repository %s:\n%s", repository, to_pbtxt(config))
+    for written in [config, *(c for c, _ in more)]:
+        log.info("model repository %s, %s:\n%s", repository, written.name, to_pbtxt(written))
 
 
 @contextlib.contextmanager
@@ -215,7 +264,10 @@ def accuracy(
     batch = int(settings["batch_size"])
     feeds = family.example_inputs(batch, int(settings["seed"]))
     module = family.serving_module(read_workflow_checkpoint(family, checkpoint))
-    reference = family.framework_outputs(module, feeds)
+    # on the device the run is served on, as DLE's run_inference_on_fw.py: a GPU's float32
+    # (cuDNN's TF32 convolutions) moves FastPitch's rounded durations from the CPU's
+    # (benchmarks/gpu/results/2026-11-26-H100_SXM)
+    reference = family.framework_outputs(module, feeds, FRAMEWORK_DEVICE[run["device"]])
 
     task = settings.get("task") or {}
     timeout_s = _client_timeout(spec["server"])
@@ -230,6 +282,30 @@ def accuracy(
             raise AccuracyError(
                 f"{run['path']}: Triton's output differs from the framework: {format_failure(rows)}"
             )
+        # engines: per_batch: each batch's own engine, at its batch (rows name the model)
+        batch_models = spec.get("batch_models") or {}
+        if batch_models:
+            rows = [row | {"model": model_name} for row in rows]
+        for text, name in batch_models.items():
+            own_feeds = family.example_inputs(int(text), int(settings["seed"]))
+            own_reference = family.framework_outputs(
+                module, own_feeds, FRAMEWORK_DEVICE[run["device"]]
+            )
+            own = infer_triton(server.http_url, name, own_feeds, list(own_reference), timeout_s)
+            own_rows = [
+                row | {"model": name}
+                for row in compare_outputs(
+                    own_reference, own, settings["tolerance"], int(text), family
+                )
+            ]
+            for row in own_rows:
+                log.info("accuracy %s", row)
+            if not all(r["passed"] for r in own_rows):
+                raise AccuracyError(
+                    f"{run['path']}: the engine of batch {text} (model {name}) differs from the "
+                    f"framework: {format_failure(own_rows)}"
+                )
+            rows += own_rows
         metrics = task_rows(
             family,
             task,
@@ -246,7 +322,7 @@ def accuracy(
     failed = [m for m in metrics if m["passed"] is False]
     if failed:
         raise AccuracyError(f"{run['path']}: task metric below its threshold: {failed}")
-    write_csv(csv, rows, COLUMNS)
+    write_csv(csv, rows, [*COLUMNS, "model"] if batch_models else COLUMNS)
     write_csv(task_csv, metrics, TASK_COLUMNS)
     write_json(
         provenance,
@@ -270,32 +346,40 @@ def perf(
     from .columns import TRIAL_COLUMNS
     from .perf import COLUMNS as PERF_COLUMNS
     from .perf import (
-        SCENARIOS,
         MeasureSettings,
         Point,
         measure_point,
         measure_trials,
         output_bytes_per_sample,
-        shared_memory_lock,
+        shared_memory_guard,
         summarize,
         write_input_data,
     )
     from .server import graceful_signals
+    from .transport import of_spec
     from .triton_client import infer_triton, served_feeds, served_inputs
 
     scenario, run = spec["scenario"], spec["run"]
     model, model_name = spec["model"], spec["model_name"]
     family = load_family(model["module"], model["hparams"])
     settings = MeasureSettings(**spec["measure"])
+    # how perf_analyzer reaches the server, as planned (a CPU device's stand-in for CUDA
+    # shared memory included); each row says which it used
+    transport = of_spec(spec["transport"])
+    if spec["transport"].get("fallback"):
+        log.warning("%s", spec["transport"]["fallback"])
     Path(perf_log).parent.mkdir(parents=True, exist_ok=True)
     identity = {
         **{k: run[k] for k in ("model", "gpu", "format", "precision")},
         "scenario": scenario,
+        "protocol": transport.protocol,
+        "shared_memory": transport.shared_memory,
     }
     timeout_s = _client_timeout(spec["server"])
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
-        sample = family.example_inputs(1, seed=0)
+        # one example, made as the seed page's perf data was (Family.perf_inputs)
+        sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
         with (
             graceful_signals(),
             _server(repository, server_log, spec["server"]) as server,
@@ -306,20 +390,22 @@ def perf(
             # the artifact's own inputs; see served_feeds).
             feeds = served_feeds(sample, served_inputs(server.http_url, model_name, timeout_s))
             write_input_data(feeds, input_data)
-            if SCENARIOS[scenario].shared_memory == "system":
-                stack.enter_context(
-                    shared_memory_lock(list(feeds), [s.name for s in family.outputs])
-                )
+            stack.enter_context(
+                shared_memory_guard(transport, list(feeds), [s.name for s in family.outputs])
+            )
             outputs = infer_triton(
                 server.http_url, model_name, sample, [s.name for s in family.outputs], timeout_s
             )
             output_bytes = output_bytes_per_sample(outputs.values())
 
+            # engines: per_batch (offline): each batch on the model of its own engine
+            batch_models = spec.get("batch_models") or {}
+
             def measure(point: Point, warm_up: bool, rate: float | None) -> dict[str, Any]:
                 row = measure_point(
-                    model_name=model_name,
-                    url=server.url(SCENARIOS[scenario].protocol),
-                    scenario=SCENARIOS[scenario],
+                    model_name=batch_models.get(str(point.batch), model_name),
+                    url=server.url(transport.protocol),
+                    transport=transport,
                     point=point,
                     input_data=input_data,
                     settings=settings,
@@ -337,7 +423,15 @@ def perf(
     write_csv(trials, [identity | row for row in trial_rows], TRIAL_COLUMNS)
     rows = [identity | row for row in summarize(trial_rows, settings.max_ci_pct)]
     write_csv(csv, rows, PERF_COLUMNS)
-    config = {"scenario": scenario, "points": spec["points"], "measure": spec["measure"], **run}
+    config = {
+        "scenario": scenario,
+        "points": spec["points"],
+        "measure": spec["measure"],
+        "transport": spec["transport"],
+        **run,
+    }
+    if spec.get("batch_models"):  # the model each batch was measured on
+        config["batch_models"] = spec["batch_models"]
     write_json(provenance, sidecar.collect(csv, config, tritonserver=server_info))
 
 
@@ -406,6 +500,7 @@ def report(
     from . import plots as charts
     from .report import (
         between_runs_section,
+        published_notes,
         published_rows,
         ratios,
         read_json,
@@ -420,6 +515,7 @@ def report(
     here = Path(markdown).parent
     sections: list[str] = []
     comparisons: dict[str, pd.DataFrame] = {}
+    notes: dict[str, list[str]] = {}  # run → what its published comparison must say
     frames: dict[str, list[pd.DataFrame]] = {"offline": [], "online": []}
     measured: dict[str, pd.DataFrame] = {}  # run → its points, in the listed order
     for run in runs:
@@ -447,6 +543,7 @@ def report(
             )
         matched = published_rows(config, reference, run["path"])
         comparisons[run["path"]] = ratios(measured[run["path"]], matched)
+        notes[run["path"]] = published_notes(config, reference, run["path"])
     comparison_plots = []
     for scenario, stem in spec["stems"].items():
         chart = charts.sized(
@@ -461,7 +558,7 @@ def report(
             f"# {model}: Triton Inference Server performance",
             "Configurations compared: " + ", ".join(r["path"] for r in runs),
             *[f"![{Path(p).stem}]({p})" for p in comparison_plots],
-            summary_section(comparisons),
+            summary_section(comparisons, notes),
             between_runs_section(measured),
             *sections,
         ]
@@ -616,6 +713,7 @@ JOBS: dict[str, Callable[..., None]] = {
     "export_directory": export,
     "convert": convert,
     "convert_directory": convert,
+    "convert_batch": convert,
     "repository": repository,
     "accuracy": accuracy,
     "offline": perf,

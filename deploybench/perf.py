@@ -1,11 +1,12 @@
 """Performance points measured by the real ``perf_analyzer``, one process per measurement.
 
-Scenarios follow the seed pages: *offline* is static batching (each batch size at concurrency 1,
-gRPC with system shared memory); *online* is dynamic batching (HTTP, no shared memory, a
-concurrency sweep). Each point is measured ``trials`` times, the points alternating (trial 1 of
-every point, then trial 2, ...) so that drift of the machine spreads over all of them; the CSV
-row is the trials' mean with its 95 % confidence interval (:mod:`deploybench.stats`), the
-sidecar CSV keeps every trial.
+Scenarios follow the seed pages: *offline* is static batching (each batch size at concurrency 1);
+*online* is dynamic batching (a concurrency sweep). How perf_analyzer reaches the server (HTTP or
+gRPC, system, CUDA or no shared memory) is the model's, per scenario, as DLE's runners chose
+(:mod:`deploybench.transport`, ``models.<m>.perf.<scenario>.transport``). Each point is
+measured ``trials`` times, the points alternating (trial 1 of every point, then trial 2, ...) so
+that drift of the machine spreads over all of them; the CSV row is the trials' mean with its
+95 % confidence interval (:mod:`deploybench.stats`), the sidecar CSV keeps every trial.
 
 One trial is perf_analyzer in ``count_windows`` mode: a measurement merges its last 3 windows,
 each at least 1 s long and lasting until ``request_count`` requests finished (perf_analyzer
@@ -50,6 +51,7 @@ from .columns import (
 from .errors import PerfError
 from .process import die_with_parent
 from .server import SHM_DIR
+from .transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +62,6 @@ WINDOWS = 3  # perf_analyzer merges its last 3 measurement windows into the repo
 FLOOR_MARGIN = 1.1  # aim this far above the duration floor: a trial's rate varies
 FLOOR_RERUNS = 2  # a trial that still falls short of the floor is measured again, this often
 MEASURED = [*THROUGHPUT_COLUMNS.values(), *LATENCY_COLUMNS.values()]  # averaged over trials
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    protocol: str
-    shared_memory: str  # "system" | "none"
-
-
-SCENARIOS = {
-    "offline": Scenario("offline", protocol="grpc", shared_memory="system"),
-    "online": Scenario("online", protocol="http", shared_memory="none"),
-}
 
 
 @dataclass(frozen=True)
@@ -147,7 +136,7 @@ def perf_command(
     *,
     model_name: str,
     url: str,
-    scenario: Scenario,
+    transport: Transport,
     point: Point,
     input_data: Path,
     request_count: int,
@@ -157,10 +146,13 @@ def perf_command(
     output_bytes_per_sample: int = 0,
     max_windows: int | None = None,
 ) -> list[str]:
-    """The perf_analyzer command line for one point (DLE's flags).
+    """The perf_analyzer command line for one point (DLE's flags), over ``transport``: ``-i
+    http|grpc``, and ``--shared-memory system|cuda`` unless it uses none (perf_analyzer's
+    default; its flags as parsed by triton-inference-server/client r23.12,
+    src/c++/perf_analyzer/command_line_parser.cc, the source of tritonclient 2.41's binary).
 
-    The output shared-memory region must hold a whole batch of outputs (an nnU-Net volume is
-    25 MB a sample), so it is sized from the bytes one sample's outputs take.
+    The output shared-memory region (system or CUDA) must hold a whole batch of outputs (an
+    nnU-Net volume is 25 MB a sample), so it is sized from the bytes one sample's outputs take.
     """
     cmd = [
         str(tools.perf_analyzer_binary()),
@@ -168,7 +160,7 @@ def perf_command(
         "-x", "1",
         "-b", str(point.batch),
         "-u", url,
-        "-i", scenario.protocol,
+        "-i", transport.protocol,
         "--input-data", str(input_data),
         "--measurement-interval", str(interval_ms),
         "--concurrency-range", f"{point.concurrency}:{point.concurrency}:1",
@@ -177,9 +169,10 @@ def perf_command(
         "-f", str(result_csv),
         "--verbose-csv",
     ]  # fmt: skip
-    if scenario.shared_memory == "system":
+    if transport.shared_memory != "none":
         size = max(MIN_OUTPUT_SHM_BYTES, output_bytes_per_sample * point.batch)
-        cmd += ["--shared-memory", "system", "--output-shared-memory-size", str(size)]
+        cmd += ["--shared-memory", transport.shared_memory]
+        cmd += ["--output-shared-memory-size", str(size)]
     if stability_percentage is not None:
         cmd += ["--stability-percentage", stability_percentage]
     if max_windows is not None:
@@ -229,6 +222,20 @@ def shared_memory_lock(inputs: list[str], outputs: list[str]) -> Iterator[None]:
         finally:
             for region in shared_memory_regions(inputs, outputs):
                 region.unlink(missing_ok=True)
+
+
+def shared_memory_guard(
+    transport: Transport, inputs: list[str], outputs: list[str]
+) -> contextlib.AbstractContextManager[None]:
+    """What a measurement over ``transport`` holds while it runs: with system shared memory,
+    :func:`shared_memory_lock` (and the cleanup of its /dev/shm regions). CUDA shared memory
+    leaves nothing there: perf_analyzer ``cudaMalloc``s each region on the GPU and registers
+    it with the server by a ``cudaIpc`` handle (client r23.12,
+    src/c++/perf_analyzer/infer_data_manager_shm.cc), under a name only the job's own server
+    knows, and the CUDA driver releases it when the two processes exit: no lock, no cleanup."""
+    if transport.uses_system_shared_memory:
+        return shared_memory_lock(inputs, outputs)
+    return contextlib.nullcontext()
 
 
 def parse_result(csv_path: Path, stdout: str) -> dict[str, Any]:
@@ -294,7 +301,7 @@ def measure_point(
     *,
     model_name: str,
     url: str,
-    scenario: Scenario,
+    transport: Transport,
     point: Point,
     input_data: Path,
     settings: MeasureSettings,
@@ -316,7 +323,7 @@ def measure_point(
             cmd = perf_command(
                 model_name=model_name,
                 url=url,
-                scenario=scenario,
+                transport=transport,
                 point=point,
                 input_data=input_data,
                 request_count=requests,

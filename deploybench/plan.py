@@ -26,7 +26,19 @@ from typing import Any, NotRequired, TypedDict
 
 from .backends import PLATFORMS
 from .config import Run, all_runs, check_path, deep_merge, online_grid, resolve
-from .convert import CONVERTERS, Profile, tensorrt_command
+from .convert import CONVERTERS, FROM_CHECKPOINT, SERVED_TYPES, Profile, tensorrt_command
+from .engines import (
+    ACCELERATOR_WORKSPACE,
+    EngineLayout,
+    batch_serving,
+    batch_settings,
+    batch_triton,
+    convert_job,
+    converter_settings,
+    plan_layout,
+)
+from .engines import SHARED as SHARED_ENGINES
+from .engines import model_name as batch_model_name
 from .errors import ConfigError
 from .gpus import check_gpu_runs_image
 from .io import MIB
@@ -41,6 +53,7 @@ from .search import (
     search_settings,
     settings_spec,
 )
+from .transport import planned as planned_transport
 from .trt_version import check_run as check_tensorrt
 
 SCENARIOS = ("offline", "online")
@@ -105,6 +118,7 @@ class ConvertSpec(TypedDict):
     converter: str
     precision: str
     settings: dict[str, Any]  # the converter's settings, defaults filled in
+    export_format: str  # what the converter makes (torchscript-fp16: ts-trace or ts-script)
 
 
 class ServingSpec(TypedDict):
@@ -121,7 +135,8 @@ class ServingSpec(TypedDict):
     gpu_accelerators: NotRequired[list[dict[str, Any]]]
     # onnx-trt: ONNX Runtime builds the TensorRT engine while the model loads (one profile over
     # Triton's batches; opt_batch and dynamic `shapes` from models.<m>.convert.tensorrt), cached
-    # beside the repository (deploybench.repository.tensorrt_engine_build)
+    # beside the repository (deploybench.repository.tensorrt_engine_build); a per-batch
+    # engine's (deploybench.engines.batch_serving) also has min_batch
     engine_build: NotRequired[dict[str, Any]]
 
 
@@ -135,6 +150,10 @@ class RepositorySpec(TypedDict):
     # An artifact holding TensorRT engines (trt, tf-trt): the serving image, its TensorRT and
     # the image that built them; the step refuses one built by another (trt_version.check_run)
     tensorrt: NotRequired[dict[str, str]]
+    # engines: per_batch (deploybench.engines): the models beside the run's own, one per offline
+    # batch size, in order: {"name", "batch", "triton", "serving"}; their artifacts (trt) are
+    # the rule's batch_artifacts, in the same order
+    batch_models: NotRequired[list[dict[str, Any]]]
 
 
 class RunInfo(TypedDict):
@@ -154,6 +173,10 @@ class RunInfo(TypedDict):
     model_instances: int
     # a serving-configuration search's candidate (deploybench.search.Variant.name)
     variant: NotRequired[str]
+    # a run with TensorRT engines (trt, onnx-trt): their layout, shared | per_batch, and the
+    # batches with an engine of their own (per_batch; deploybench.engines)
+    engines: NotRequired[str]
+    engine_batches: NotRequired[list[int]]
 
 
 class AccuracySpec(TypedDict):
@@ -162,6 +185,8 @@ class AccuracySpec(TypedDict):
     accuracy: dict[str, Any]
     server: dict[str, Any]
     run: RunInfo
+    # engines: per_batch: batch (as text) -> the model serving its engine, each checked at it
+    batch_models: NotRequired[dict[str, str]]
 
 
 class PerfSpec(TypedDict):
@@ -172,6 +197,14 @@ class PerfSpec(TypedDict):
     measure: dict[str, Any]  # MEASURE_KEYS
     server: dict[str, Any]
     run: RunInfo
+    # how perf_analyzer reaches the server: protocol and shared memory used, the configured
+    # ones and why they differ (deploybench.transport.planned)
+    transport: dict[str, Any]
+    # the task's data set (accuracy.task.path), where one is configured: a family may draw its
+    # perf data from it, as DLE did (Family.perf_inputs)
+    dataset_path: NotRequired[str]
+    # offline with engines: per_batch: batch (as text) -> the model its points are measured on
+    batch_models: NotRequired[dict[str, str]]
 
 
 class PlotsSpec(TypedDict):
@@ -382,6 +415,7 @@ class RunPlan:
     accuracy: Mapping[str, Any]  # models.<m>.accuracy, sized, at the precision's tolerance
     points: Mapping[str, tuple[Mapping[str, int], ...]]  # scenario -> its (batch, concurrency)
     measure: Mapping[str, Any]  # MEASURE_KEYS
+    transport: Mapping[str, Mapping[str, Any]]  # scenario -> deploybench.transport.planned
     server: Mapping[str, Any]  # the workflow's `server` settings, for this run (server_settings)
     info: Mapping[str, Any]  # RunInfo
     gpu_request: GpuRequest
@@ -396,6 +430,9 @@ class RunPlan:
     # engines built in the framework image and loaded in the triton image (trt, tf-trt): the
     # serving image and the TensorRT both record (trt_version.check_run); None: no such engine
     tensorrt: Mapping[str, str] | None = None
+    # how its TensorRT engines are laid out over its batches (trt, onnx-trt; deploybench.engines);
+    # None: the run has none
+    engines: EngineLayout | None = None
 
     @property
     def path(self) -> str:
@@ -409,6 +446,8 @@ class RunPlan:
         """The run's jobs on a cluster and their time limits (minutes), in order."""
         steps = [s for s in RUN_STEPS[:3] if s != "convert" or self.conversion is not None]
         jobs = [(step, self.runtime[step]) for step in steps]
+        # engines: per_batch of a trt run: a conversion per batch, after the shared one
+        jobs[1:1] = [(convert_job(b), self.runtime["convert"]) for b in self.converted_batches]
         for scenario in SCENARIOS:
             if not self.measured_in_parts:
                 jobs.append((scenario, self.runtime[scenario]))
@@ -440,17 +479,48 @@ class RunPlan:
         points = self.points[scenario]
         return tuple(points[part_slice(len(points), self.parts[scenario], part)])
 
-    def convert_spec(self) -> ConvertSpec:
+    @property
+    def converts_from_checkpoint(self) -> bool:
+        """The conversion starts from the checkpoint's framework module, not the export."""
+        return self.conversion is not None and self.conversion.converter in FROM_CHECKPOINT
+
+    @property
+    def batch_engines(self) -> tuple[int, ...]:
+        """The batches with an engine (and a model) of their own (engines: per_batch)."""
+        return self.engines.batches if self.engines is not None else ()
+
+    @property
+    def converted_batches(self) -> tuple[int, ...]:
+        """The batches whose engine a convert job of its own makes (per_batch trt runs)."""
+        return self.batch_engines if self.engines is not None and self.engines.converted else ()
+
+    def batch_models(self) -> dict[str, str]:
+        """Batch (as text) -> the model serving its own engine (engines: per_batch)."""
+        return {str(b): batch_model_name(self.model, b) for b in self.batch_engines}
+
+    def convert_spec(self, batch: int | None = None) -> ConvertSpec:
+        """The conversion of the run's artifact, or (``batch``, engines: per_batch) of the engine
+        of that batch: its profile min = opt = max = ``batch``."""
         if self.conversion is None:
             raise ConfigError(
                 f"{self.path} serves its {self.export.format} export as it is: it has no "
                 "conversion to make"
             )
+        settings = plain(self.conversion.settings)
+        if batch is not None:
+            if not self.converted_batches:
+                raise ConfigError(
+                    f"{self.path}: its engine is shared by every batch (models.{self.model}"
+                    ".convert.tensorrt.engines: shared): it has no conversion per batch"
+                )
+            self.engines.check_batch(batch, self.path)  # type: ignore[union-attr]
+            settings = batch_settings(settings, batch)
         return {
             "model": self.export.model.identity_spec(),
             "converter": self.conversion.converter,
             "precision": self.precision,
-            "settings": plain(self.conversion.settings),
+            "settings": settings,
+            "export_format": self.export.format,
         }
 
     def repository_spec(self) -> RepositorySpec:
@@ -464,22 +534,35 @@ class RunPlan:
         }
         if self.tensorrt is not None:
             spec["tensorrt"] = plain(self.tensorrt)
+        if self.batch_engines:
+            spec["batch_models"] = [
+                {
+                    "name": batch_model_name(self.model, b),
+                    "batch": b,
+                    "triton": batch_triton(plain(self.triton), b),
+                    "serving": batch_serving(plain(self.serving), b),
+                }
+                for b in self.batch_engines
+            ]
         return spec
 
     def accuracy_spec(self) -> AccuracySpec:
-        return {
+        spec: AccuracySpec = {
             "model": self.export.model.identity_spec(),
             "model_name": self.model,
             "accuracy": plain(self.accuracy),
             "server": plain(self.server),
             "run": plain(self.info),
         }
+        if self.batch_engines:
+            spec["batch_models"] = self.batch_models()
+        return spec
 
     def perf_spec(self, scenario: str, part: int | None = None) -> PerfSpec:
         """The measurement of ``scenario``, or of its part ``part`` (measured in parts)."""
         _check_step(scenario, SCENARIOS)
         points = self.points[scenario] if part is None else self.part_points(scenario, part)
-        return {
+        spec: PerfSpec = {
             "scenario": scenario,
             "model": self.export.model.identity_spec(),
             "model_name": self.model,
@@ -487,7 +570,14 @@ class RunPlan:
             "measure": plain(self.measure),
             "server": plain(self.server),
             "run": plain(self.info),
+            "transport": plain(self.transport[scenario]),
         }
+        dataset_path = (self.accuracy.get("task") or {}).get("path")
+        if dataset_path:  # absent otherwise: the spec of a config without one is unchanged
+            spec["dataset_path"] = dataset_path
+        if scenario == "offline" and self.batch_engines:  # each batch on its own engine
+            spec["batch_models"] = self.batch_models()
+        return spec
 
     def spec(self, step: str) -> RunSpec:
         """The spec of ``step``'s job (one of RUN_STEPS): only what that job reads."""
@@ -519,6 +609,8 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         config, run.path, conversion.converter if conversion else None, run.settings["containers"]
     )
     points = {"offline": offline_points(run), "online": online_points(run)}
+    engines = engine_layout(run, conversion, how)
+    batches = engines.batches if engines else ()
     trials = int(run.settings["perf"]["trials"])
     max_runtime = max_runtime_of(run.gpu_settings)
     runtime = {step: runtime_minutes(config, run.settings, step) for step in RUN_STEPS[:3]}
@@ -548,14 +640,17 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         accuracy=frozen(run.settings["accuracy"]),
         points=frozen(points),
         measure=frozen(measure_settings(run)),
-        server=frozen(server_settings(config["server"], how)),
-        info=frozen(run_info(run, how)),
+        transport=frozen(transports(run)),
+        # per_batch onnx-trt: the servers build each model's engine while they load
+        server=frozen(server_settings(config["server"], how, 1 + len(batches))),
+        info=frozen(run_info(run, how) | (engines.info() if engines else {})),
         gpu_request=gpu_request_of(run.gpu_settings, config.get("slurm") or {}),
         runtime=frozen(runtime),
         max_runtime=max_runtime,
         parts=frozen(parts),
         groups=frozen({}),
         tensorrt=None if tensorrt is None else frozen(tensorrt),
+        engines=engines,
     )
     return replace(plan, groups=frozen(pack_groups(plan.jobs(), max_runtime, run.path)))
 
@@ -599,12 +694,18 @@ class SearchPlan:
             "max_batch_size": variant.max_batch_size,
             "model_instances": variant.model_instances,
         }
+        # a candidate is measured online only: on the run's shared engine, no per-batch ones
+        engines = self.run.engines
+        if engines is not None and engines.per_batch:
+            engines = replace(engines, layout=SHARED_ENGINES, batches=())
+            info = {k: v for k, v in info.items() if k != "engine_batches"} | engines.info()
         return replace(
             self.run,
             triton=frozen(triton),
             points=frozen({"offline": (), "online": plain(self.sweep)}),
             info=frozen(info),
             runtime=frozen({**self.run.runtime, **self.candidate_runtime}),
+            engines=engines,
         )
 
     def grid(self) -> list[Variant]:
@@ -684,6 +785,23 @@ def conversion_of(run: Run) -> Conversion | None:
     return Conversion(converter, frozen(_conversion_settings(run, converter)))
 
 
+def engine_layout(run: Run, conversion: Conversion | None, how: ServingSpec) -> EngineLayout | None:
+    """How the run's TensorRT engines are laid out over its batches
+    (`models.<m>.convert.tensorrt.engines`; deploybench.engines): a run converted by trtexec
+    (trt) or whose ONNX Runtime builds the engine while the model loads (onnx-trt); None for the
+    others, which have no such engine."""
+    converted = conversion is not None and conversion.converter == "tensorrt"
+    if not converted and "engine_build" not in how:
+        return None
+    return plan_layout(
+        (run.settings.get("convert") or {}).get("tensorrt") or {},
+        f"models.{run.model}.convert.tensorrt",
+        offline_batches=[int(b) for b in run.settings["perf"]["offline"]["batch_sizes"]],
+        max_batch_size=int(run.settings["triton"]["max_batch_size"]),
+        converted=converted,
+    )
+
+
 def conversion_settings(run: Run) -> dict[str, Any]:
     """The run's converter settings with defaults filled in, checked; {} if it has none."""
     conversion = conversion_of(run)
@@ -704,6 +822,8 @@ def _conversion_settings(run: Run, converter: str) -> dict[str, Any]:
             f"by converter {converter!r}, which needs {', '.join(CONVERSION_REQUIRED[converter])}"
         )
     settings = {**CONVERSION_DEFAULTS[converter], **given}
+    if converter == "tensorrt":  # the engine layout and the accelerator's workspace: not trtexec's
+        settings = converter_settings(settings)
     max_served = int(run.settings["triton"]["max_batch_size"])
     if converter in ("tensorrt", "tf-trt"):
         settings.setdefault("max_batch", max_served)
@@ -754,7 +874,13 @@ def serving(run: Run) -> ServingSpec:
         "backend": backend,
         "runtime": backend if accelerator == "none" else f"{backend}+{accelerator}",
         "platform": PLATFORMS[backend],
-        "tensor_types": dict(run.format_settings.get("tensor_types") or {}),
+        # the format's (an older TensorRT's int32), then the converter's (fp16 TorchScript)
+        "tensor_types": {
+            **(run.format_settings.get("tensor_types") or {}),
+            **SERVED_TYPES.get(
+                str((run.format_settings.get("convert") or {}).get(run.precision)), {}
+            ),
+        },
         # Triton's CUDA graphs are recognised by the TensorRT backend only.
         "cuda_graphs": backend == "tensorrt" and bool(run.settings["triton"].get("cuda_graphs")),
         "gpu_accelerators": [tensorrt_accelerator(run, backend)]
@@ -781,22 +907,24 @@ def onnxruntime_engine_build(run: Run) -> dict[str, Any]:
 ENGINE_BUILD_TIMEOUT = "engine_build_timeout_s"
 
 
-def server_settings(server: Mapping[str, Any], how: ServingSpec) -> dict[str, Any]:
+def server_settings(server: Mapping[str, Any], how: ServingSpec, builds: int = 1) -> dict[str, Any]:
     """The run's `server` settings. A run whose engine is built while its model loads
     (``engine_build``: onnx-trt) waits ``engine_build_timeout_s`` more for the server to be
-    ready, and its clients wait as long for an answer; the others' settings are the workflow's
-    as they were (so their jobs' specs, and results, stay)."""
+    ready (times ``builds``, the engines its models build: one per model with engines:
+    per_batch), and its clients wait as long as one build for an answer; the others' settings
+    are the workflow's as they were (so their jobs' specs, and results, stay)."""
     settings = {k: v for k, v in server.items() if k != ENGINE_BUILD_TIMEOUT}
     if "engine_build" in how:
         build_s = float(server[ENGINE_BUILD_TIMEOUT])
-        settings["startup_timeout_s"] = float(server["startup_timeout_s"]) + build_s
+        settings["startup_timeout_s"] = float(server["startup_timeout_s"]) + build_s * builds
         settings["client_timeout_s"] = build_s
     return settings
 
 
 def tensorrt_accelerator(run: Run, backend: str) -> dict[str, Any]:
     """The backend's TensorRT execution accelerator at the run's precision; its workspace from
-    the model's TensorRT (ONNX Runtime) or TF-TRT (TensorFlow) conversion settings, if set."""
+    the model's TensorRT (ONNX Runtime: accelerator_workspace_mb, else workspace_mb) or TF-TRT
+    (TensorFlow) conversion settings, if set."""
     if backend not in ACCELERATOR_SETTINGS:
         raise ConfigError(
             f"format {run.format!r}: backend {backend!r} has no TensorRT accelerator; valid "
@@ -808,8 +936,9 @@ def tensorrt_accelerator(run: Run, backend: str) -> dict[str, Any]:
         )
     parameters = {"precision_mode": run.precision.upper()}
     section = (run.settings.get("convert") or {}).get(ACCELERATOR_SETTINGS[backend]) or {}
-    if "workspace_mb" in section:
-        parameters["max_workspace_size_bytes"] = str(int(section["workspace_mb"]) * MIB)
+    workspace = section.get(ACCELERATOR_WORKSPACE, section.get("workspace_mb"))
+    if workspace is not None:
+        parameters["max_workspace_size_bytes"] = str(int(workspace) * MIB)
     return {"name": "tensorrt", "parameters": parameters}
 
 
@@ -834,6 +963,17 @@ def measure_settings(run: Run) -> dict[str, Any]:
             f"perf.max_duration_ms ({perf['max_duration_ms']}); a trial cannot last both"
         )
     return {key: perf[key] for key in MEASURE_KEYS if key in perf}
+
+
+def transports(run: Run) -> dict[str, dict[str, Any]]:
+    """Scenario -> how perf_analyzer reaches the server: `perf.<scenario>.transport`, with CUDA
+    shared memory measured as system on a CPU device (deploybench.transport.planned)."""
+    return {
+        scenario: planned_transport(
+            run.settings["perf"][scenario]["transport"], run.device, f"{run.path} {scenario}"
+        )
+        for scenario in SCENARIOS
+    }
 
 
 def run_info(run: Run, how: ServingSpec) -> RunInfo:

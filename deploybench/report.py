@@ -12,7 +12,7 @@ import html
 import json
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from .compare import (
     format_interval,
     measured,
 )
-from .config import ConfigError, reference_run
+from .config import ConfigError, published_ran, reference_run
+from .engines import describe as describe_engines
 from .errors import ResultsError
 from .stats import ratio_to
 
@@ -41,13 +42,53 @@ def published_rows(config: dict[str, Any], published: pd.DataFrame, run_path: st
         except ConfigError:
             return False
 
-    # A published row resolves with its own gpu and precision: only those can match, and
+    # A published row resolves with its own gpu and precision (or the one that ran, where
+    # models.<m>.published_ran says its label is not what ran): only those can match, and
     # resolving (a deep copy of the settings) all thousand rows per run is needless work.
     _, gpu, _, precision = run_path.split("/")
-    candidates = published[(published["gpu"] == gpu) & (published["precision"] == precision)]
+    labels = {precision} | set(_relabelled(config, run_path))
+    candidates = published[(published["gpu"] == gpu) & published["precision"].isin(labels)]
     if candidates.empty:
         return candidates
     return candidates[candidates.apply(reproduces, axis=1)]
+
+
+def _relabelled(config: dict[str, Any], run_path: str) -> dict[str, dict[str, str]]:
+    """The published precision labels of the run's format that ran as the run's precision
+    (``models.<m>.published_ran``): label → its entry."""
+    model, _, fmt, precision = run_path.split("/")
+    if model not in config["models"]:
+        return {}
+    labels = published_ran(config, model).get(fmt, {})
+    return {label: e for label, e in labels.items() if e["precision"] == precision}
+
+
+def published_notes(config: dict[str, Any], published: pd.DataFrame, run_path: str) -> list[str]:
+    """What a run's comparison with the published figures must say where the published label
+    is not what was run (``models.<m>.published_ran``): for the run compared with rows labelled
+    otherwise, their label and why; for the run of the label, that those rows are compared with
+    another run. Nothing where no such published row exists for the run's gpu."""
+    model, gpu, fmt, precision = run_path.split("/")
+    if model not in config["models"]:
+        return []
+    notes = []
+    matched = published_rows(config, published, run_path)
+    for label, entry in _relabelled(config, run_path).items():
+        if (matched["precision"] == label).any():
+            notes.append(
+                f"Compared with the published rows labelled {fmt} {label}, which ran "
+                f"{precision}: {entry['note'].rstrip('.')}."
+            )
+    labelled = published_ran(config, model).get(fmt, {}).get(precision)
+    if labelled is not None:
+        ran = f"{model}/{gpu}/{fmt}/{labelled['precision']}"
+        if (published_rows(config, published, ran)["precision"] == precision).any():
+            notes.append(
+                f"Not compared with the published rows labelled {fmt} {precision}, which ran "
+                f"{labelled['precision']}: {labelled['note'].rstrip('.')}. They are compared with "
+                f"{ran}" + ("; this run has no published figures." if matched.empty else ".")
+            )
+    return notes
 
 
 # Measured over published: our value's column → the ratio's (its half-width: ``_ci95`` added).
@@ -152,6 +193,9 @@ def configuration_table(provenance: dict[str, Any]) -> str:
     engines = (provenance.get("conversion") or {}).get("trt_engines")
     if engines:  # TF-TRT: what of the model TensorRT runs (deploybench.convert.trt_engine_counts)
         rows["TF-TRT engines"] = trt_engines_text(engines)
+    layout = describe_engines(config)
+    if layout:  # trt, onnx-trt: one engine per batch size or one shared (deploybench.engines)
+        rows["TensorRT engines"] = layout
     lines = ["| Parameter | Value |", "|---|---|"]
     lines += [f"| {k} | {'' if v is None else v} |" for k, v in rows.items()]
     return "\n".join(lines)
@@ -199,8 +243,11 @@ def run_section(
     return "\n\n".join(parts)
 
 
-def summary_section(comparisons: dict[str, pd.DataFrame]) -> str:
-    """Measured vs published, ratio per point, for every run."""
+def summary_section(
+    comparisons: dict[str, pd.DataFrame], notes: Mapping[str, Sequence[str]] | None = None
+) -> str:
+    """Measured vs published, ratio per point, for every run; ``notes`` (run → lines, from
+    :func:`published_notes`) stand under the run's heading, beside its table."""
     parts = ["## Measured vs published"]
     columns = {
         "scenario": "Scenario",
@@ -215,6 +262,7 @@ def summary_section(comparisons: dict[str, pd.DataFrame]) -> str:
     intervals |= {ratio: ratio + "_ci95" for ratio in RATIOS.values()}
     for run_path, table in comparisons.items():
         parts.append(f"### {run_path}")
+        parts += [f"*Note:* {note}" for note in (notes or {}).get(run_path, ())]
         if table.empty:
             parts.append("No published figures for this configuration.")
         else:

@@ -15,7 +15,9 @@ convert step: the config gives it one optimisation profile over the batches Trit
 engine cache beside the repository (:func:`engine_cache_dir`, kept across the server starts of a
 run and emptied when the repository is rebuilt) and a ``model_warmup`` sample at the largest
 batch, so the engine is built (or read from the cache) while the model loads and every
-measurement starts on it (:func:`tensorrt_engine_build`).
+measurement starts on it (:func:`tensorrt_engine_build`). With ``engines: per_batch``
+(deploybench.engines) the repository also holds one model per offline batch size, each with its
+engine (trt) or its own profile and cache folder (onnx-trt, :func:`batch_engine_cache`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import fcntl
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +139,11 @@ def tensorrt_engine_build(
     the sample as max_batch_size requests of one in one execute (core
     src/backend_model_instance.cc, GenerateWarmupData and WarmUp), which the ONNX Runtime
     backend runs as one batch (src/onnxruntime.cc ProcessRequests: total_batch_size).
+    ``build['min_batch']`` (an engine of one batch, deploybench.engines.batch_serving: min = opt
+    = max = max_batch_size) raises the profile's smallest batch.
     """
     settings = {
-        "min_batch": 1,
+        "min_batch": min(int(build.get("min_batch") or 1), max_batch_size),
         "opt_batch": min(int(build.get("opt_batch") or max_batch_size), max_batch_size),
         "max_batch": max_batch_size,
         "shapes": dict(build.get("shapes") or {}),
@@ -166,6 +170,15 @@ def engine_cache_dir(repository: Path) -> Path:
     runs in another container and directory than the job that writes the config; the results
     tree is mounted at the same path in both)."""
     return Path(repository).resolve().parent / ENGINE_CACHE
+
+
+def batch_engine_cache(engine_cache: Path, model: str) -> Path:
+    """The engine cache of a per-batch model: a folder of its own in the run's. ONNX Runtime
+    names a cached engine after the model file's name and its graph, not its folder
+    (onnxruntime tensorrt_execution_provider_utils.h TRTGenerateId: "Use the model's file name
+    instead of the entire path"), so per-batch models of one model.onnx in one folder would
+    take each other's engines, built for another batch."""
+    return Path(engine_cache) / model
 
 
 def reset_engine_cache(path: Path) -> None:
@@ -215,26 +228,39 @@ def _retyped(spec: TensorSpec, types: dict[str, str]) -> TensorSpec:
 
 
 def build_repository(
-    config: model_config_pb2.ModelConfig, artifact: Path, artifact_name: str, out: Path
+    config: model_config_pb2.ModelConfig,
+    artifact: Path,
+    artifact_name: str,
+    out: Path,
+    more: Sequence[tuple[model_config_pb2.ModelConfig, Path]] = (),
 ) -> None:
-    """Write the repository to ``out`` whole: built in a temporary folder, then renamed."""
+    """Write the repository to ``out`` whole: built in a temporary folder, then renamed.
+    ``more``: further models of the repository and their artifacts (engines: per_batch)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        model_dir = staging / config.name
-        version = model_dir / "1"
-        version.mkdir(parents=True)
-        (model_dir / "config.pbtxt").write_text(to_pbtxt(config))
-        if Path(artifact).is_dir():  # a SavedModel
-            shutil.copytree(artifact, version / artifact_name)
-        else:
-            shutil.copy2(artifact, version / artifact_name)
-        if config.backend == "python":
-            shutil.copy2(PACKAGE_DIR / "triton_model.py", version / "model.py")
-            shutil.copy2(PACKAGE_DIR / "runtime.py", version / "runtime.py")
+        for model, served in [(config, Path(artifact)), *more]:
+            _write_model(staging, model, served, artifact_name)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_model(
+    repository: Path, config: model_config_pb2.ModelConfig, artifact: Path, artifact_name: str
+) -> None:
+    """``<repository>/<model>/config.pbtxt`` and its version ``1/`` holding the artifact."""
+    model_dir = repository / config.name
+    version = model_dir / "1"
+    version.mkdir(parents=True)
+    (model_dir / "config.pbtxt").write_text(to_pbtxt(config))
+    if artifact.is_dir():  # a SavedModel
+        shutil.copytree(artifact, version / artifact_name)
+    else:
+        shutil.copy2(artifact, version / artifact_name)
+    if config.backend == "python":
+        shutil.copy2(PACKAGE_DIR / "triton_model.py", version / "model.py")
+        shutil.copy2(PACKAGE_DIR / "runtime.py", version / "runtime.py")

@@ -16,6 +16,7 @@ from snakemake.settings.types import DeploymentMethod
 
 from deploybench import chart_names
 from deploybench import config as dbconfig
+from deploybench import engines as dbengines
 from deploybench import images
 from deploybench import plan as dbplan
 from deploybench import schedule as dbschedule
@@ -24,6 +25,7 @@ from deploybench import search as dbsearch
 SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
 validate(config, SCHEMA)
 dbconfig.check_sizings(config, dbconfig.load_yaml(SCHEMA))
+dbconfig.check_published_ran(config)
 images.check_images(config)
 try:  # the options the SLURM executor plugin sets itself (its own table), where it is installed
     from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
@@ -59,6 +61,8 @@ LOG_DIR = "logs/{model}/{gpu}/{format}/{precision}"
 CHECKPOINT = "results/{model}/checkpoint/{checkpoint_file}"
 EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"
 CONVERTED = f"{RUN_DIR}/convert/{{artifact}}"
+# engines: per_batch (deploybench/engines.py): the engine of one batch size
+CONVERTED_BATCH = f"{RUN_DIR}/convert/batch{{batch}}/{{artifact}}"
 REPOSITORY = f"{RUN_DIR}/repository"
 RESULT_FILES = ("accuracy.csv", "task.csv", "offline.csv", "online.csv")
 # Artifacts that are directories (a TF SavedModel) get their own rule variants.
@@ -287,6 +291,15 @@ def checkpoint_name(wildcards):
     return [source] if source else []
 
 
+def conversion_source(wildcards):
+    """What the run's conversion starts from: its export, or the checkpoint for a converter that
+    halves the framework module (torchscript-fp16)."""
+    plan = plan_of(wildcards)
+    if plan.converts_from_checkpoint:
+        return checkpoint_of(wildcards.model)
+    return export_path(plan.export)
+
+
 def export_path(export):
     return EXPORT.format(
         model=export.model.name,
@@ -333,6 +346,23 @@ def served_signature(wildcards):
     """The ONNX export whose inputs a native backend serves (see RunPlan.serves_export_inputs)."""
     plan = plan_of(wildcards)
     return [export_path(plan.export)] if plan.serves_export_inputs else []
+
+
+def batch_artifacts(suffix=""):
+    """With engines: per_batch, a trt run's engine per batch (``suffix``: of its sidecar), in
+    the order of the repository spec's batch_models; none for a search candidate, which serves
+    the shared engine alone."""
+
+    def files(w):
+        if hasattr(w, "variant"):
+            return []
+        plan = plan_of(w)
+        return [
+            in_run(CONVERTED_BATCH, plan, batch=b, artifact=plan.artifact) + suffix
+            for b in plan.converted_batches
+        ]
+
+    return files
 
 
 def repository_of(wildcards):

@@ -1,7 +1,8 @@
-# GPU step: TensorRT engines and fp16 artifacts are made on the GPU they run on.
+# GPU step: TensorRT engines and fp16 artifacts are made on the GPU they run on, from the
+# export (fp16 TorchScript: from the checkpoint, halved before it is traced, as DLE did).
 rule convert:
     input:
-        export=lambda w: export_path(plan_of(w).export),
+        source=conversion_source,
         image=image_input("framework"),
         preflight=preflight_input("framework"),
     output:
@@ -32,3 +33,20 @@ use rule convert as convert_directory with:
         provenance=f"{CONVERTED}.provenance.json",
     wildcard_constraints:
         artifact=one_of(DIRECTORY_ARTIFACTS),
+
+
+# engines: per_batch (models.<m>.convert.tensorrt.engines; deploybench/engines.py): the engine of
+# one offline batch size, min = opt = max = that batch, as DLE converted BERT for each batch.
+use rule convert as convert_batch with:
+    output:
+        artifact=CONVERTED_BATCH,
+        provenance=f"{CONVERTED_BATCH}.provenance.json",
+    log:
+        f"{LOG_DIR}/convert/batch{{batch}}/{{artifact}}.log",
+    wildcard_constraints:
+        artifact=one_of(FILE_ARTIFACTS),
+        batch=r"[0-9]+",
+    group:
+        lambda w: plan_of(w).group_of(dbengines.convert_job(int(w.batch)))
+    params:
+        spec=lambda w: plan_of(w).convert_spec(int(w.batch)),

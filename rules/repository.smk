@@ -3,6 +3,8 @@ rule repository:
         artifact=served_artifact,
         artifact_provenance=served_provenance,
         signature=served_signature,
+        batch_artifacts=batch_artifacts(),
+        batch_provenances=batch_artifacts(".provenance.json"),
         image=image_input("framework"),
     output:
         repository=directory(REPOSITORY),

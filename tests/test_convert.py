@@ -231,10 +231,11 @@ def test_onnx_fp16_keeps_float32_io_and_runs(tft_onnx, tmp_path):
         "converter": "onnx-fp16",
         "precision": "fp16",
         "settings": {"op_block_list": []},
+        "export_format": "onnx",
     }
     jobs.convert(
         spec,
-        export=str(path),
+        source=str(path),
         artifact=str(out),
         provenance=str(tmp_path / "model.onnx.provenance.json"),
     )
@@ -269,21 +270,27 @@ class _Tiny(torch.nn.Module):
         return self.linear(x), ids + 1
 
 
-def test_torchscript_fp16_computes_in_half_with_float32_io(tmp_path):
+@pytest.mark.parametrize("script", [False, True], ids=["traced", "scripted"])
+def test_torchscript_fp16_is_the_halved_module_with_float16_io(tmp_path, script):
+    """As DLE's exports: model.half() before tracing or scripting; float tensors in and out are
+    float16, integer ones keep their type."""
     torch.manual_seed(0)
-    source = tmp_path / "model.pt"
-    torch.jit.save(torch.jit.script(_Tiny().eval()), str(source))
+    module = _Tiny().eval()
     feeds = {"x__0": np.random.default_rng(0).normal(size=(2, 6)).astype(np.float32)}
     feeds["ids__1"] = np.arange(2, dtype=np.int64)
+    with torch.no_grad():
+        reference, _ = module(*(torch.from_numpy(a) for a in feeds.values()))
     out = tmp_path / "half.pt"
     # the CUDA step stops at the boundary: the same code on the CPU (torch has fp16 CPU kernels)
-    cv.torchscript_fp16(source, out, feeds, device="cpu")
+    cv.torchscript_fp16(module, out, feeds, script=script, device="cpu")
     served = torch.jit.load(str(out))
     assert {p.dtype for p in served.parameters()} == {torch.float16}
-    y, ids = served(*(torch.from_numpy(a) for a in feeds.values()))
-    reference, _ = torch.jit.load(str(source))(*(torch.from_numpy(a) for a in feeds.values()))
-    assert y.dtype == torch.float32 and ids.dtype == torch.int64
-    assert torch.allclose(y, reference, atol=1e-2) and not torch.equal(y, reference)
+    assert isinstance(served, torch.jit.ScriptModule)
+    x, ids = (torch.from_numpy(a) for a in feeds.values())
+    y, ids_out = served(x.half(), ids)
+    assert y.dtype == torch.float16 and ids_out.dtype == torch.int64
+    assert torch.allclose(y.float(), reference, atol=1e-2) and not torch.equal(y.float(), reference)
+    assert cv.SERVED_TYPES["torchscript-fp16"] == {"float32": "float16"}
 
 
 def test_gpu_only_converters_need_a_gpu_here(tmp_path, monkeypatch):
@@ -309,6 +316,8 @@ def test_gpu_only_converters_need_a_gpu_here(tmp_path, monkeypatch):
                 settings=settings,
                 inputs=[],
                 example_inputs=lambda b: {},
+                export_format="ts-trace",
+                framework_module=lambda: pytest.fail("loaded the module before checking the GPU"),
             )
         assert not (tmp_path / "out").exists()
 

@@ -26,6 +26,7 @@ import yaml
 
 from deploybench import perf
 from deploybench import server as srv
+from deploybench.transport import Transport
 from tests.conftest import (
     ONCE_A_POINT,
     planned_jobs,
@@ -244,7 +245,7 @@ def measure(
     return perf.measure_point(
         model_name="ident",
         url=server.grpc_url,
-        scenario=perf.SCENARIOS["offline"],
+        transport=Transport("grpc", "system"),
         point=perf.Point(1, 1),
         input_data=data,
         settings=perf.MeasureSettings(

@@ -67,7 +67,8 @@ def test_onnx_trt_config_caches_and_warms_its_engine(tmp_path):
     assert accelerator.name == "tensorrt"
     assert dict(accelerator.parameters) == {
         "precision_mode": "FP16",
-        "max_workspace_size_bytes": str(8192 * 2**20),
+        # DLE's deploy step set none: Model Navigator's default, 4 GiB (tests/test_bert_engines.py)
+        "max_workspace_size_bytes": str(4096 * 2**20),
         "trt_engine_cache_enable": "true",
         "trt_engine_cache_path": str(cache),
         # one profile over every batch Triton sends (1..max_batch_size 16), opt = opt_batch 16
@@ -130,8 +131,9 @@ def test_server_waits_for_the_build_only_in_runs_that_build():
     config = workflow_config()
     build_s = config["server"]["engine_build_timeout_s"]
     trt = dbplan.plan_run(config, *ONNX_TRT).server
+    # engines: per_batch: the shared engine and one per offline batch size (1, 8, 16) built
     assert trt == {
-        "startup_timeout_s": config["server"]["startup_timeout_s"] + build_s,
+        "startup_timeout_s": config["server"]["startup_timeout_s"] + 4 * build_s,
         "shutdown_timeout_s": config["server"]["shutdown_timeout_s"],
         "client_timeout_s": build_s,
     }

@@ -157,11 +157,11 @@ def test_gpu_run_plan_names_conversion_serving_and_its_gpu():
             {"models": {"tft": {"convert": {"tensorrt": {"workspace_mb": 4096}}}}},
             {"convert"},
         ),
-        # BERT's onnx-trt: the TensorRT workspace sizes the serving accelerator, not its
+        # BERT's onnx-trt: the accelerator's workspace sizes the serving accelerator, not its
         # (onnx-fp16) conversion
         (
             "bert/A30/onnx-trt/fp16",
-            {"models": {"bert": {"convert": {"tensorrt": {"workspace_mb": 4096}}}}},
+            {"models": {"bert": {"convert": {"tensorrt": {"accelerator_workspace_mb": 2048}}}}},
             {"repository"},
         ),
     ],
@@ -259,7 +259,7 @@ def test_every_rule_with_a_script_runs_a_job_on_the_files_it_names(tmp_path):
 
 def test_a_job_whose_rule_lacks_a_file_fails_naming_it():
     with pytest.raises(TypeError, match="rule 'convert' names no file 'artifact', which job"):
-        jobs.job_arguments(jobs.convert, "convert", {"export": "model.onnx"}, {})
+        jobs.job_arguments(jobs.convert, "convert", {"source": "model.onnx"}, {})
 
 
 def test_scripts_only_call_the_entry_point():

@@ -10,6 +10,7 @@ from deploybench import accuracy, perf
 from deploybench.plan import PLATFORMS
 from deploybench.repository import build_repository, model_config
 from deploybench.tensors import TENSOR_TYPES, TensorSpec
+from deploybench.transport import Transport
 from deploybench.triton_config import to_pbtxt
 from tests.conftest import REPO
 
@@ -66,7 +67,7 @@ def test_parse_result_converts_microseconds(tmp_path):
     assert row["measured_requests"] == 192
 
 
-def test_perf_command_follows_the_scenarios(tmp_path, monkeypatch):
+def test_perf_command_follows_the_point_and_transport(tmp_path, monkeypatch):
     monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", "/opt/pa")
     common = {
         "model_name": "tft",
@@ -77,7 +78,7 @@ def test_perf_command_follows_the_scenarios(tmp_path, monkeypatch):
         "result_csv": tmp_path / "r.csv",
     }
     offline = perf.perf_command(
-        scenario=perf.SCENARIOS["offline"], point=perf.Point(64, 1), **common
+        transport=Transport("grpc", "system"), point=perf.Point(64, 1), **common
     )
     assert offline[0] == "/opt/pa"
     assert offline[offline.index("-b") + 1] == "64"
@@ -88,14 +89,14 @@ def test_perf_command_follows_the_scenarios(tmp_path, monkeypatch):
     assert offline[offline.index("--concurrency-range") + 1] == "1:1:1"
     assert offline[offline.index("--measurement-request-count") + 1] == "500"
     online = perf.perf_command(
-        scenario=perf.SCENARIOS["online"], point=perf.Point(16, 24), **common
+        transport=Transport("http", "none"), point=perf.Point(16, 24), **common
     )
     assert online[online.index("-i") + 1] == "http" and "--shared-memory" not in online
     assert online[online.index("--concurrency-range") + 1] == "24:24:1"
     # perf_analyzer's own window limit only where the config sets one
     assert "--max-trials" not in online
     capped = perf.perf_command(
-        scenario=perf.SCENARIOS["online"], point=perf.Point(1, 2), max_windows=4, **common
+        transport=Transport("http", "none"), point=perf.Point(1, 2), max_windows=4, **common
     )
     assert capped[capped.index("--max-trials") + 1] == "4"
 
@@ -140,7 +141,7 @@ def measure(tmp_path, settings, **options):
     return perf.measure_point(
         model_name="m",
         url="u",
-        scenario=perf.SCENARIOS["online"],
+        transport=Transport("http", "none"),
         point=perf.Point(1, 2),
         input_data=tmp_path / "d.json",
         settings=settings,
@@ -264,7 +265,7 @@ def test_output_shared_memory_holds_a_whole_batch(tmp_path):
         "request_count": 50,
         "interval_ms": 5000,
         "result_csv": tmp_path / "r.csv",
-        "scenario": perf.SCENARIOS["offline"],
+        "transport": Transport("grpc", "system"),
     }
     volume = 3 * 128**3 * 4  # one nnU-Net output sample
     cmd = perf.perf_command(point=perf.Point(4, 1), output_bytes_per_sample=volume, **common)

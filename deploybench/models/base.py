@@ -64,6 +64,12 @@ class Family:
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
+    def perf_inputs(self, seed: int, dataset: str | Path | None = None) -> dict[str, np.ndarray]:
+        """The one example (batch 1) perf_analyzer sends, as the seed page's perf data was made;
+        ``dataset``: the task's data set (``accuracy.task.path``) or None, for a family whose
+        DLE perf data came from it. By default the seeded example inputs."""
+        return self.example_inputs(1, seed)
+
     # Per framework (TorchFamily, KerasFamily): weights, the serving model, its outputs.
     def init_state(self, seed: int) -> dict[str, Any]:
         """A seeded-random initialisation as a workflow checkpoint (``{"model": weights}``)."""
@@ -78,8 +84,13 @@ class Family:
         """The model Triton serves, with the checkpoint's weights."""
         raise NotImplementedError
 
-    def framework_outputs(self, module: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The framework's outputs for ``feeds`` by output name: the reference for every check."""
+    def framework_outputs(
+        self, module: Any, feeds: dict[str, np.ndarray], device: str = "cpu"
+    ) -> dict[str, np.ndarray]:
+        """The framework's outputs for ``feeds`` by output name: the reference for every check,
+        computed on ``device`` (``cuda`` for a run served on a GPU, as DLE's
+        ``run_inference_on_fw.py`` did: the GPU's float32 kernels, e.g. cuDNN's TF32
+        convolutions, round unlike the CPU's)."""
         raise NotImplementedError
 
     def accuracy_quantities(
@@ -142,15 +153,16 @@ class TorchFamily(Family):
         return self.wrap(model).eval()
 
     def framework_outputs(
-        self, module: nn.Module, feeds: dict[str, np.ndarray]
+        self, module: nn.Module, feeds: dict[str, np.ndarray], device: str = "cpu"
     ) -> dict[str, np.ndarray]:
-        """The framework's outputs for ``feeds`` by output name: the reference for every check."""
+        """The framework's outputs for ``feeds`` by output name on ``device`` (see Family)."""
         import torch
 
+        module = module.to(device)
         with torch.no_grad():
-            out = module(*(torch.from_numpy(feeds[s.name]) for s in self.inputs))
+            out = module(*(torch.from_numpy(feeds[s.name]).to(device) for s in self.inputs))
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        return {s.name: t.numpy() for s, t in zip(self.outputs, outs, strict=True)}
+        return {s.name: t.cpu().numpy() for s, t in zip(self.outputs, outs, strict=True)}
 
 
 class KerasFamily(Family):
@@ -226,7 +238,10 @@ class KerasFamily(Family):
             w.assign(weights[w.path])
         return model
 
-    def framework_outputs(self, module: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def framework_outputs(
+        self, module: Any, feeds: dict[str, np.ndarray], device: str = "cpu"
+    ) -> dict[str, np.ndarray]:
+        # TensorFlow places the model on a visible GPU by itself: ``device`` is where it runs
         out = module(
             [feeds[s.name] for s in self.inputs]
             if len(self.inputs) > 1

@@ -191,9 +191,18 @@ class BertQAServing(nn.Module):
     def forward(
         self, input_ids: Tensor, segment_ids: Tensor, attention_mask: Tensor
     ) -> tuple[Tensor, Tensor]:
+        # DLE's extended mask (modeling.py, BertModel.forward: in the weights' dtype, masked keys
+        # -10000), built here: given a 2-D mask, transformers moves it ``.to(device=...)``,
+        # which a trace records as a constant device (a trace made on a CPU fails on a GPU).
+        # Made with where() on the weights' own zero and -10000, not a Cast to their dtype:
+        # onnxconverter-common's fp16 pass leaves such a Cast at float32 while typing its output
+        # float16, and onnxruntime then refuses the file.
+        weights: Tensor = self.model.get_parameter("bert.embeddings.word_embeddings.weight")
+        masked = weights.new_full((), -10000.0)
+        keep = attention_mask.unsqueeze(1).unsqueeze(2) > 0
         start, end = self.model(
             input_ids=input_ids.long(),
-            attention_mask=attention_mask.long(),
+            attention_mask=torch.where(keep, masked * 0, masked),
             token_type_ids=segment_ids.long(),
             return_dict=False,
         )

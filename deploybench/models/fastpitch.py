@@ -152,6 +152,14 @@ class FastPitchConfig:
 # --- building blocks ---------------------------------------------------------------------------
 
 
+def count_up(like: Tensor, n: int) -> Tensor:
+    """0, 1, ..., n-1 in ``like``'s dtype and on its device. Not ``torch.arange``: a trace
+    records the device arange makes its tensor on as a constant (a trace made on a CPU then
+    fails on a GPU); ``new_ones`` takes it from ``like`` when the trace runs, and needs no cast
+    (an fp16 ONNX file's casts are what onnxconverter-common mistypes)."""
+    return like.new_ones(n).cumsum(0) - 1
+
+
 class PositionalEmbedding(nn.Module):
     """Sinusoidal positions: sines then cosines of ``position * inv_freq``."""
 
@@ -164,8 +172,8 @@ class PositionalEmbedding(nn.Module):
 
     def forward(self, length_like: Tensor) -> Tensor:
         """``[1, T, d_model]`` for the ``T = length_like.size(1)`` positions."""
-        positions = torch.arange(length_like.size(1), device=length_like.device)
-        angles = positions.to(self.inv_freq.dtype).unsqueeze(1) * self.inv_freq.unsqueeze(0)
+        positions = count_up(self.inv_freq, length_like.size(1))
+        angles = positions.unsqueeze(1) * self.inv_freq.unsqueeze(0)
         return torch.cat([angles.sin(), angles.cos()], dim=1).unsqueeze(0)
 
 
@@ -363,7 +371,7 @@ def regulate_length(
     lengths = ends[:, -1].clamp(max=max_frames)
     # A tensor end (not a Python int) keeps the frame count dynamic in a trace and in ONNX.
     n_frames = lengths.max().clamp(min=1)
-    frames = torch.arange(n_frames, device=encoded.device)  # type: ignore[call-overload]
+    frames = count_up(ends, max_frames)[:n_frames]  # a tensor bound: sliced as traced
     symbol = (ends.unsqueeze(1) <= frames.view(1, -1, 1)).sum(dim=2)  # [B, T] in 0..L
     padded = F.pad(encoded, (0, 0, 0, 1))  # [B, L + 1, C], last row zero
     index = symbol.unsqueeze(2).expand(-1, -1, encoded.size(2))
@@ -419,7 +427,7 @@ class FastPitch(nn.Module):
             outputs = (*outputs, energy)
 
         frames, lengths = regulate_length(encoded, durations, cfg.pace, cfg.max_mel_frames)
-        positions = torch.arange(frames.size(1), device=frames.device)
+        positions = count_up(lengths, frames.size(1))
         frame_padding = positions.unsqueeze(0) >= lengths.unsqueeze(1)
         decoded = self.decoder(frames, frame_padding)
         mel = self.proj(decoded).transpose(1, 2)
@@ -457,6 +465,15 @@ def pad_ids(sequences: list[list[int]], length: int) -> np.ndarray:
         ids = ids[:length]
         out[row, : len(ids)] = ids
     return out
+
+
+def tile_ids(ids: list[int], length: int) -> np.ndarray:
+    """One utterance's symbol ids repeated back to back to fill ``length`` (cut at ``length``
+    when longer): ``[length]`` int64 without padding, as DLE's ``triton/prepare_input_data.py``
+    makes FastPitch's perf data (``np.tile`` to SEQUENCE_LENGTH, then cut)."""
+    if not ids:
+        raise DataError("an utterance with no english_basic symbols cannot fill a perf input")
+    return np.resize(np.asarray(ids, dtype=np.int64), length)
 
 
 @dataclass(frozen=True)
@@ -697,6 +714,26 @@ class FastPitchFamily(TorchFamily):
         for row, n in enumerate(lengths):
             ids[row, :n] = rng.choice(alphabet, size=n)
         return {"INPUT__0": ids}
+
+    def perf_inputs(self, seed: int, dataset: str | Path | None = None) -> dict[str, np.ndarray]:
+        """All ``text_length`` symbols, no padding (padding yields no frames, and the decoder's
+        cost grows with the frames), as DLE's perf data: ``triton/prepare_input_data.py`` tiles
+        the first utterance its data loader reads (LJSpeech's test filelist) to SEQUENCE_LENGTH.
+        ``dataset``: its filelist's first utterance, repeated to fill (cut when longer); without
+        one, seeded symbols that fill the row."""
+        if not dataset:
+            return self.example_inputs(1, seed, full_length=True)
+        filelist = find_filelist(Path(dataset))
+        utterances = read_filelist(filelist)
+        if not utterances:
+            raise DataError(f"{filelist}: no utterances to make the perf input of")
+        text = utterances[0].text
+        ids = text_to_ids(text)
+        if not ids:
+            raise DataError(
+                f"{filelist}: its first utterance {text!r} has no english_basic symbols"
+            )
+        return {"INPUT__0": tile_ids(ids, self.cfg.text_length)[np.newaxis]}
 
     def accuracy_quantities(
         self, reference: dict[str, np.ndarray], actual: dict[str, np.ndarray]

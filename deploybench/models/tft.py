@@ -502,6 +502,16 @@ class TFTFamily(TorchFamily):
                 out[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
         return out
 
+    def perf_inputs(self, seed: int, dataset: str | Path | None = None) -> dict[str, np.ndarray]:
+        """With a data set, its test split's first example, as DLE's perf data
+        (``triton/prepare_input_data.py``: its loader's first batch of the test split, batch
+        size 1); without one, the seeded example."""
+        if not dataset:
+            return super().perf_inputs(seed)
+        for feeds, _ in self.dataset_batches(dataset, 1, 1):
+            return feeds
+        raise DataError(f"{dataset}: the test split has no example to make the perf input of")
+
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None
     ) -> Iterator[Batch]:

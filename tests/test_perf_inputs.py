@@ -1,0 +1,135 @@
+"""The data perf_analyzer sends, made as each seed page's perf data was (Family.perf_inputs).
+
+FastPitch: DLE's ``triton/prepare_input_data.py`` tiles the first utterance of its data loader
+to SEQUENCE_LENGTH symbols, with no padding; padding would yield no mel frames, and the
+decoder's cost grows with the frames."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deploybench import plan as dbplan
+from deploybench.errors import DataError
+from deploybench.models import load_family
+from deploybench.models.fastpitch import FastPitchFamily, text_to_ids
+from deploybench.models.tft import TFTFamily
+from tests.conftest import base_config, validated
+
+FASTPITCH_RUN = ("fastpitch", "cpu", "onnx", "fp32")
+
+
+def write_filelist(root: Path, *texts: str) -> Path:
+    """A DLE-layout LJSpeech folder whose test filelist holds ``texts`` in order."""
+    (root / "filelists").mkdir(parents=True)
+    lines = [f"wavs/LJ045-{i:04d}.wav|pitch/LJ045-{i:04d}.pt|{t}" for i, t in enumerate(texts)]
+    (root / "filelists" / "ljs_audio_pitch_text_test.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("text_length", [128, 40])
+def test_fastpitch_seeded_perf_input_fills_the_length_without_padding(text_length):
+    family = FastPitchFamily({"text_length": text_length})
+    a, b = (family.perf_inputs(seed=0)["INPUT__0"] for _ in range(2))
+    np.testing.assert_array_equal(a, b)  # deterministic for a seed
+    assert a.shape == (1, text_length) and a.dtype == np.int64
+    assert not (a == family.cfg.padding_idx).any()  # every symbol spoken: no padding
+    assert not np.array_equal(a, family.perf_inputs(seed=1)["INPUT__0"])
+    # the accuracy step's example inputs stay padded, of varied lengths
+    padded = family.example_inputs(8, seed=0)["INPUT__0"]
+    assert (padded == family.cfg.padding_idx).any()
+
+
+def test_fastpitch_perf_input_repeats_the_first_utterance_to_fill(tmp_path):
+    """As DLE's prepare_input_data.py: the first utterance (LJ045-0096 in DLE's test filelist),
+    repeated back to back and cut at the length."""
+    family = FastPitchFamily({})
+    root = write_filelist(
+        tmp_path / "ljs", "Mrs. De Mohrenschildt thought that Oswald,", "An other utterance."
+    )
+    ids = family.perf_inputs(seed=0, dataset=str(root))["INPUT__0"]
+    utterance = text_to_ids("Mrs. De Mohrenschildt thought that Oswald,")
+    assert ids.shape == (1, 128) and ids.dtype == np.int64
+    n = len(utterance)
+    assert 128 // n >= 2  # the utterance is repeated, not padded
+    for start in range(0, 128, n):
+        chunk = ids[0, start : start + n].tolist()
+        assert chunk == utterance[: len(chunk)]
+    assert not (ids == family.cfg.padding_idx).any()
+    # the seed does not matter: the data set's text does
+    np.testing.assert_array_equal(ids, family.perf_inputs(seed=5, dataset=root)["INPUT__0"])
+
+
+def test_fastpitch_perf_input_cuts_a_long_first_utterance(tmp_path):
+    family = FastPitchFamily({"text_length": 16})
+    root = write_filelist(tmp_path / "ljs", "abcdefghijklmnopqrstuvwxyz")
+    ids = family.perf_inputs(seed=0, dataset=root)["INPUT__0"]
+    assert ids[0].tolist() == text_to_ids("abcdefghijklmnop")
+
+
+def test_fastpitch_perf_input_needs_a_spoken_first_utterance(tmp_path):
+    family = FastPitchFamily({})
+    root = write_filelist(tmp_path / "ljs", "1984&%")
+    with pytest.raises(DataError, match="no english_basic symbols"):
+        family.perf_inputs(seed=0, dataset=root)
+
+
+def test_other_families_send_their_seeded_example():
+    """BERT: DLE sent every SQuAD dev feature; one seeded SQuAD-shaped row here (the table)."""
+    config = base_config()
+    family = load_family("bert", config["models"]["bert"]["hparams"])
+    sent = family.perf_inputs(seed=0, dataset="/not/read")
+    expected = family.example_inputs(1, seed=0)
+    assert sent.keys() == expected.keys()
+    for name, array in expected.items():
+        np.testing.assert_array_equal(sent[name], array)
+
+
+def test_tft_perf_input_is_the_test_splits_first_example(tmp_path):
+    """As DLE's TFT prepare_input_data.py: the first example of the test split."""
+    family = TFTFamily(
+        {
+            "static_categorical_inp_lens": [5],
+            "temporal_known_continuous_inp_size": 3,
+            "example_length": 12,
+            "encoder_length": 9,
+            "n_head": 2,
+            "hidden_size": 8,
+        }
+    )
+    rng = np.random.default_rng(2)
+    ids = np.arange(3)[:, None, None].repeat(12, axis=1)
+    np.savez(
+        tmp_path / "test.npz",
+        s_cat=ids,
+        k_cont=rng.standard_normal((3, 12, 3)).astype(np.float32),
+        target=rng.standard_normal((3, 12, 1)).astype(np.float32),
+        id=ids,
+        target_scale=np.array([[1.0, 2.0]] * 3),
+    )
+    sent = family.perf_inputs(seed=0, dataset=tmp_path)
+    (first, _), *_ = family.dataset_batches(tmp_path, batch_size=1, limit=None)
+    assert [(n, a.shape) for n, a in sent.items()] == [
+        (s.name, (1, *s.shape)) for s in family.inputs
+    ]
+    for name, array in first.items():
+        np.testing.assert_array_equal(sent[name], array)
+    with np.load(tmp_path / "test.npz") as data:
+        np.testing.assert_array_equal(sent["k_cont__3"][0], data["k_cont"][0])
+
+
+def test_perf_spec_carries_the_task_data_set_only_when_configured(tmp_path):
+    plain = dbplan.plan_run(validated(base_config()), *FASTPITCH_RUN)
+    assert "dataset_path" not in plain.spec("offline")  # specs of a config without one: unchanged
+
+    root = write_filelist(tmp_path / "ljs", "Hi there.")
+    checkpoint = tmp_path / "FastPitch_checkpoint.pt"
+    checkpoint.write_bytes(b"")
+    config = base_config()
+    fastpitch = config["models"]["fastpitch"]
+    fastpitch["checkpoint"] = str(checkpoint)
+    fastpitch["accuracy"]["task"] = {"path": str(root)}
+    plan = dbplan.plan_run(validated(config), *FASTPITCH_RUN)
+    assert plan.spec("offline")["dataset_path"] == plan.spec("online")["dataset_path"] == str(root)
