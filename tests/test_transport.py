@@ -359,3 +359,35 @@ def test_perf_job_measures_and_records_the_transport_used(
 def test_perf_columns_end_with_the_transport():
     assert CSV_COLUMNS[-2:] == TRIAL_COLUMNS[-2:] == ["protocol", "shared_memory"]
     assert CSV_COLUMNS[:5] == ["model", "gpu", "format", "precision", "scenario"]
+
+
+def _readme_transport_rows() -> dict[tuple[str, str], tuple[str, str]]:
+    """(model, scenario) -> (protocol, shared memory on a GPU) from the README's table."""
+    text = (REPO / "README.md").read_text()
+    table = text.split("### Transport: how perf_analyzer reaches Triton", 1)[1].split("\n### ")[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 4 or not cells[0].startswith("`"):
+            continue
+        models = [m.strip(" `") for m in cells[0].split(",")]
+        scenarios = [s.strip() for s in cells[1].split(",")]
+        protocol = {"HTTP": "http", "gRPC": "grpc"}[cells[2]]
+        shared = cells[3].strip("*").lower()
+        for model in models:
+            for scenario in scenarios:
+                rows[model, scenario] = (protocol, shared)
+    return rows
+
+
+def test_readme_table_is_the_command_line(config, tmp_path, monkeypatch):
+    """Every row of the README's transport table is what perf_analyzer is given on a GPU."""
+    monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", "/opt/pa")
+    rows = _readme_transport_rows()
+    assert set(rows) == set(DLE)
+    for (model, scenario), (protocol, shared_memory) in rows.items():
+        spec = dbplan.plan_run(config, model, *GPU_RUNS[model]).spec(scenario)
+        line = command(spec, tmp_path, 1000)
+        assert line[line.index("-i") + 1] == protocol, (model, scenario)
+        given = line[line.index("--shared-memory") + 1] if "--shared-memory" in line else "none"
+        assert given == shared_memory, (model, scenario)
