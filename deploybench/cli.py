@@ -3,6 +3,9 @@
 ``deploybench compare A B``: B's perf results against A's, point by point (see
 :mod:`deploybench.compare`). Exit status 0: no regression; 1: a regression; 2: a usage error
 (a path that is not there, nothing in common, a bad config or threshold).
+
+``deploybench summary RUN``: one run's accuracy verdict, points and files in a few lines (see
+:mod:`deploybench.summary`). Exit status 0, or 2 for a path that is not a run directory.
 """
 
 from __future__ import annotations
@@ -45,12 +48,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"the workflow config (default: {DEFAULT_CONFIG}, else the source tree's)",
     )
     compare.add_argument("--csv", type=Path, metavar="PATH", help="also write the table as CSV")
+    summary = commands.add_parser(
+        "summary",
+        help="one run's accuracy, points (throughput ± 95 %%, p99, stable or why not) and files",
+        description="A run directory in a few lines: the accuracy verdict, a row per measured "
+        "point of each scenario, and the paths of its CSVs, charts and report pages.",
+    )
+    summary.add_argument("run", type=Path, help="a run directory, e.g. results/tft/cpu/onnx/fp32")
     args = parser.parse_args(argv)
     try:
+        if args.command == "summary":
+            return run_summary(args)
         return run_compare(args)
     except DeploybenchError as error:
         print(f"deploybench {args.command}: {error}", file=sys.stderr)
         return USAGE_ERROR
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    from .summary import summary
+
+    print(summary(args.run))
+    return 0
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -88,6 +88,10 @@ PERF_COLUMNS: tuple[Column, ...] = (
     # the provenance's `config.transport` has the configured one and why).
     Column("protocol", "measurement"),
     Column("shared_memory", "measurement"),
+    # Why `stable` is False (empty when it is True): "perf_analyzer did not settle (k of n
+    # trials)", "interval ±x.x % > max_ci_pct y %", or both joined by "; " (perf.unstable_reason).
+    # Last: a CSV written before it has every other column in the same place.
+    Column("unstable_reason", "measurement"),
 )
 # fmt: on
 

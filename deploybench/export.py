@@ -18,6 +18,7 @@ from typing import Any
 from .accuracy import compare_outputs
 from .io import atomic_path
 from .models import Family
+from .progress import say
 from .runtime import load_runner
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,12 @@ def export_model(
     with atomic_path(out) as tmp:
         tmp.unlink()  # the exporter creates it (a file, or a SavedModel directory)
         exporter(module, family, tmp, options)
+        say(
+            "export: checking %s in %s against the framework (batch %d) …",
+            Path(out).name,
+            EXPORT_RUNTIME[export_format],
+            check_batch,
+        )
         report = verify_artifact(module, family, tmp, export_format, tolerance, check_batch)
     return report
 

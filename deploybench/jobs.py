@@ -15,10 +15,12 @@ import inspect
 import logging
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import progress
 from . import provenance as sidecar
 from .io import write_csv, write_json, write_text
 from .models import load_family
@@ -44,17 +46,22 @@ FRAMEWORK_DEVICE = {"cpu": "cpu", "gpu": "cuda"}
 
 
 def setup_logging(path: str | Path | None) -> None:
-    """Log to the rule's log file (and stderr when there is none)."""
+    """Log to the rule's log file (and stderr when there is none). Progress lines
+    (:mod:`deploybench.progress`) go to stderr as well, which a ``script:`` job shares with the
+    ``snakemake`` that runs it: they show in its terminal."""
     handler: logging.Handler
+    terminal: list[logging.Handler] = []
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(path, mode="a")
+        terminal = [progress.terminal_handler()]
     else:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = logging.StreamHandler(sys.stderr)  # progress lines among the rest
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
+    progress.PROGRESS.handlers[:] = terminal  # and on to the root's handler
 
 
 def make_checkpoint(spec: CheckpointSpec, *, checkpoint: str, provenance: str) -> None:
@@ -73,6 +80,21 @@ def make_checkpoint(spec: CheckpointSpec, *, checkpoint: str, provenance: str) -
     write_json(provenance, sidecar.collect(checkpoint, dict(model), origin=origin))
 
 
+# What an export says it does, per export format (a progress line).
+EXPORT_PHASES = {
+    "ts-trace": "tracing {model} ({format})",
+    "ts-script": "scripting {model} ({format})",
+    "onnx": "exporting {model} to ONNX",
+    "tf-savedmodel": "saving {model} as a SavedModel",
+}
+
+
+def _model_of(path: str, fallback: str) -> str:
+    """The model a workflow file belongs to (``results/<model>/...``), for progress lines."""
+    parts = Path(path).parts
+    return parts[parts.index("results") + 1] if "results" in parts[:-1] else fallback or "model"
+
+
 def export(
     spec: ExportSpec, *, checkpoint: str, source: list[str], artifact: str, provenance: str
 ) -> None:
@@ -83,6 +105,14 @@ def export(
     model = spec["model"]
     made_from = source[0] if source else None
     family = load_family(model["module"], model["hparams"])
+    started = time.monotonic()
+    what = EXPORT_PHASES.get(spec["export_format"], "exporting {model} ({format})")
+    progress.say(
+        "export: %s%s → %s …",
+        what.format(model=_model_of(artifact, family.name), format=spec["export_format"]),
+        f" from {made_from}" if made_from else "",
+        artifact,
+    )
     report = export_model(
         family,
         read_workflow_checkpoint(family, checkpoint),
@@ -95,6 +125,12 @@ def export(
         source=made_from,
     )
     log.info("exported %s; runtime check: %s", artifact, report)
+    progress.say(
+        "export: %s done in %s, within tolerance in %s",
+        artifact,
+        progress.format_duration(time.monotonic() - started),
+        report.get("runtime"),
+    )
     config = {
         "model": model,
         "export_format": spec["export_format"],
@@ -113,6 +149,14 @@ def convert(spec: ConvertSpec, *, source: str, artifact: str, provenance: str) -
 
     model = spec["model"]
     family = load_family(model["module"], model["hparams"])
+    started = time.monotonic()
+    progress.say(
+        "convert: %s of %s (%s) → %s …",
+        spec["converter"],
+        _model_of(artifact, family.name),
+        spec["precision"],
+        artifact,
+    )
     record = run_converter(
         spec["converter"],
         source=Path(source),
@@ -127,6 +171,11 @@ def convert(spec: ConvertSpec, *, source: str, artifact: str, provenance: str) -
         ),
     )
     log.info("converted %s: %s", artifact, record)
+    progress.say(
+        "convert: %s done in %s",
+        artifact,
+        progress.format_duration(time.monotonic() - started),
+    )
     write_json(provenance, sidecar.collect(artifact, {"model": model}, conversion=record))
 
 
@@ -242,6 +291,15 @@ def _client_timeout(server_settings: dict[str, Any]) -> float:
     return float(server_settings.get("client_timeout_s", DEFAULT_TIMEOUT_S))
 
 
+def _perf_label(scenario: str, run_path: str, csv: str) -> str:
+    """How a measurement's progress lines name it: scenario and run, and a search's candidate
+    (``<run>/search/<variant>/online.csv``)."""
+    where = Path(csv).parent
+    if where.parent.name == "search":
+        return f"{scenario} {run_path} (search candidate {where.name})"
+    return f"{scenario} {run_path}"
+
+
 def accuracy(
     spec: AccuracySpec,
     *,
@@ -262,6 +320,13 @@ def accuracy(
     settings, run = spec["accuracy"], spec["run"]
     family = load_family(model["module"], model["hparams"])
     batch = int(settings["batch_size"])
+    started = time.monotonic()
+    progress.say(
+        "accuracy %s: framework reference on %s, %s …",
+        run["path"],
+        run["device"],
+        progress.count(batch, "sample"),
+    )
     feeds = family.example_inputs(batch, int(settings["seed"]))
     module = family.serving_module(read_workflow_checkpoint(family, checkpoint))
     # on the device the run is served on, as DLE's run_inference_on_fw.py: a GPU's float32
@@ -271,6 +336,7 @@ def accuracy(
 
     task = settings.get("task") or {}
     timeout_s = _client_timeout(spec["server"])
+    progress.say("accuracy %s: starting tritonserver (%s) …", run["path"], repository)
     with graceful_signals(), _server(repository, server_log, spec["server"]) as server:
         served = infer_triton(server.http_url, model_name, feeds, list(reference), timeout_s)
         server_info = server.metadata()
@@ -282,6 +348,12 @@ def accuracy(
             raise AccuracyError(
                 f"{run['path']}: Triton's output differs from the framework: {format_failure(rows)}"
             )
+        progress.say(
+            "accuracy %s: %s compared (%s), all within tolerance",
+            run["path"],
+            progress.count(batch, "sample"),
+            progress.count(len(rows), "output"),
+        )
         # engines: per_batch: each batch's own engine, at its batch (rows name the model)
         batch_models = spec.get("batch_models") or {}
         if batch_models:
@@ -306,6 +378,14 @@ def accuracy(
                     f"framework: {format_failure(own_rows)}"
                 )
             rows += own_rows
+            progress.say(
+                "accuracy %s: batch %s's engine (model %s) within tolerance",
+                run["path"],
+                text,
+                name,
+            )
+        if task.get("path"):
+            progress.say("accuracy %s: task metric on %s …", run["path"], task["path"])
         metrics = task_rows(
             family,
             task,
@@ -324,6 +404,12 @@ def accuracy(
         raise AccuracyError(f"{run['path']}: task metric below its threshold: {failed}")
     write_csv(csv, rows, [*COLUMNS, "model"] if batch_models else COLUMNS)
     write_csv(task_csv, metrics, TASK_COLUMNS)
+    progress.say(
+        "accuracy %s: done in %s; %s",
+        run["path"],
+        progress.format_duration(time.monotonic() - started),
+        csv,
+    )
     write_json(
         provenance,
         sidecar.collect(csv, {"accuracy": settings, **run}, tritonserver=server_info),
@@ -376,10 +462,14 @@ def perf(
         "shared_memory": transport.shared_memory,
     }
     timeout_s = _client_timeout(spec["server"])
+    points = [Point(int(p["batch"]), int(p["concurrency"])) for p in spec["points"]]
+    label = _perf_label(scenario, run["path"], csv)
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
         # one example, made as the seed page's perf data was (Family.perf_inputs)
         sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
+        progress.say("%s: starting tritonserver (%s) …", label, repository)
         with (
             graceful_signals(),
             _server(repository, server_log, spec["server"]) as server,
@@ -418,11 +508,34 @@ def perf(
                 log.info("%s %s: %s", scenario, point, row)
                 return row
 
-            points = [Point(int(p["batch"]), int(p["concurrency"])) for p in spec["points"]]
-            trial_rows = measure_trials(points, settings.trials, measure)
+            progress.say(
+                "%s: measuring %s × %s …",
+                label,
+                progress.count(len(points), "point"),
+                progress.count(settings.trials, "trial"),
+            )
+            trial_rows = measure_trials(
+                points,
+                settings.trials,
+                measure,
+                lambda done: progress.say("%s", progress.trial_line(label, done)),
+            )
     write_csv(trials, [identity | row for row in trial_rows], TRIAL_COLUMNS)
     rows = [identity | row for row in summarize(trial_rows, settings.max_ci_pct)]
     write_csv(csv, rows, PERF_COLUMNS)
+    unstable = [
+        f"batch {r['batch']} concurrency {r['concurrency']}: {r['unstable_reason']}"
+        for r in rows
+        if r["unstable_reason"]
+    ]
+    progress.say(
+        "%s: done in %s, %s, %s; %s",
+        label,
+        progress.format_duration(time.monotonic() - started),
+        progress.count(len(rows), "point"),
+        f"{len(unstable)} unstable ({'; '.join(unstable)})" if unstable else "all stable",
+        csv,
+    )
     config = {
         "scenario": scenario,
         "points": spec["points"],
@@ -468,17 +581,25 @@ def plots(
 
     from . import plots as charts
     from .chart_names import RunChart
-    from .report import published_rows
+    from .report import no_published_reason, published_rows, reference_rows
 
     offline_rows, online_rows = pd.read_csv(offline), pd.read_csv(online)
-    reference = published_rows(config, pd.read_csv(published), spec["run_path"])
+    table, run_path = pd.read_csv(published), spec["run_path"]
+    own = published_rows(config, table, run_path)
+    # Nothing published for the run (a CPU run): the seed page's GPU rows beside it instead.
+    reference = reference_rows(config, table, run_path)
+    reason = no_published_reason(config, run_path)
     built: dict[str, alt.TopLevelMixin] = {
         RunChart.OFFLINE_THROUGHPUT: charts.offline_throughput(offline_rows),
         RunChart.OFFLINE_LATENCY: charts.offline_latency(offline_rows),
         RunChart.ONLINE_LATENCY_BREAKDOWN: charts.online_latency_breakdown(online_rows),
         RunChart.ONLINE_THROUGHPUT_LATENCY: charts.online_throughput_latency(online_rows),
-        RunChart.PUBLISHED_OFFLINE: charts.published_overlay(offline_rows, reference, "offline"),
-        RunChart.PUBLISHED_ONLINE: charts.published_overlay(online_rows, reference, "online"),
+        RunChart.PUBLISHED_OFFLINE: charts.published_chart(
+            offline_rows, own, reference, "offline", reason
+        ),
+        RunChart.PUBLISHED_ONLINE: charts.published_chart(
+            online_rows, own, reference, "online", reason
+        ),
     }
     options = spec["options"]
     for name, stem in spec["stems"].items():
@@ -500,10 +621,12 @@ def report(
     from . import plots as charts
     from .report import (
         between_runs_section,
+        chart_image,
         published_notes,
         published_rows,
         ratios,
         read_json,
+        reference_note,
         render_html,
         run_section,
         search_section,
@@ -544,6 +667,9 @@ def report(
         matched = published_rows(config, reference, run["path"])
         comparisons[run["path"]] = ratios(measured[run["path"]], matched)
         notes[run["path"]] = published_notes(config, reference, run["path"])
+        # nothing published for it (a CPU run): which rows its published charts show instead
+        instead = reference_note(config, reference, run["path"])
+        notes[run["path"]] += [instead] if instead else []
     comparison_plots = []
     for scenario, stem in spec["stems"].items():
         chart = charts.sized(
@@ -557,7 +683,7 @@ def report(
         [
             f"# {model}: Triton Inference Server performance",
             "Configurations compared: " + ", ".join(r["path"] for r in runs),
-            *[f"![{Path(p).stem}]({p})" for p in comparison_plots],
+            *[chart_image(p) for p in comparison_plots],
             summary_section(comparisons, notes),
             between_runs_section(measured),
             *sections,

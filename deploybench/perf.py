@@ -17,7 +17,8 @@ nnU-Net on a CPU) does not run for hours, it is lowered, to one request a window
 until a trial fits ``max_duration_ms``, and the row says ``duration_capped``. A trial that
 perf_analyzer calls unstable is retried with more requests (as DLE's tooling did); one that
 never stabilises is measured once more with the stability criterion off and kept with
-``stable=False``: the row is honest about it instead of missing or pretending.
+``stable=False``: the row is honest about it instead of missing or pretending, and its
+``unstable_reason`` says why (that, or trials that disagree beyond ``max_ci_pct``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +52,7 @@ from .columns import (
 )
 from .errors import PerfError
 from .process import die_with_parent
+from .progress import TrialDone
 from .server import SHM_DIR
 from .transport import Transport
 
@@ -386,27 +389,69 @@ def measure_trials(
     points: Iterable[Point],
     trials: int,
     measure: Callable[[Point, bool, float | None], dict[str, Any]],
+    progress: Callable[[TrialDone], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[dict[str, Any]]:
     """Every point ``trials`` times, alternating: trial 1 of each point, then trial 2, ...
     ``measure(point, warm_up, rate)`` measures one trial; a point is warmed up on its first
     visit only, later visits start from the rate its previous trial measured. Returns the
-    trials' rows (each with its ``trial`` number) in measurement order."""
+    trials' rows (each with its ``trial`` number) in measurement order. ``progress`` hears of
+    each trial once it is done (between two trials, never during one), with the time the
+    trials so far took by ``clock``."""
     points = list(points)
     rates: dict[Point, float | None] = {}
     rows = []
+    spent = 0.0
     for trial in range(1, trials + 1):
         for point in points:
+            started = clock()
             row = measure(point, trial == 1, rates.get(point))
+            spent += clock() - started
             rates[point] = request_rate(row, point.batch)
             rows.append({**row, "trial": trial})
+            if progress is not None:
+                progress(
+                    TrialDone(
+                        batch=point.batch,
+                        concurrency=point.concurrency,
+                        trial=trial,
+                        trials=trials,
+                        done=len(rows),
+                        total=trials * len(points),
+                        throughput=_float(row.get("throughput")),
+                        p99_latency_ms=_float(row.get("p99_latency_ms")),
+                        spent_s=spent,
+                    )
+                )
     return rows
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def unstable_reason(
+    trials_unsettled: int, trials: int, throughput: stats.Interval, max_ci_pct: float
+) -> str:
+    """Why a point is not stable ("" when it is): perf_analyzer did not settle in some of its
+    trials (it was measured once more with its criterion off), and/or (with two trials or
+    more) the throughput's 95 % interval is wider than ``max_ci_pct`` % of the mean."""
+    reasons = []
+    if trials_unsettled:
+        reasons.append(f"perf_analyzer did not settle ({trials_unsettled} of {trials} trials)")
+    if throughput.n >= 2 and not throughput.within(max_ci_pct):
+        width = throughput.relative * 100
+        shown = "not known (mean 0)" if math.isnan(width) else f"±{width:.1f} %"
+        reasons.append(f"interval {shown} > max_ci_pct {max_ci_pct:g} %")
+    return "; ".join(reasons)
 
 
 def summarize(trial_rows: list[dict[str, Any]], max_ci_pct: float) -> list[dict[str, Any]]:
     """One row per point (in first-measured order) from its trials: the mean of every measured
     column, the 95 % half-widths of throughput and the quantiles (empty with one trial), and
     how the point was measured. ``stable``: perf_analyzer called every trial stable, and (with
-    two trials or more) the throughput interval is within ``max_ci_pct`` % of the mean."""
+    two trials or more) the throughput interval is within ``max_ci_pct`` % of the mean;
+    ``unstable_reason`` says which failed (:func:`unstable_reason`)."""
     by_point: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for row in trial_rows:
         by_point.setdefault((int(row["batch"]), int(row["concurrency"])), []).append(row)
@@ -425,15 +470,17 @@ def summarize(trial_rows: list[dict[str, Any]], max_ci_pct: float) -> list[dict[
         seconds = [r.get("measured_s") for r in rows]
         counted = None if None in requests else sum(int(n) for n in requests if n is not None)
         timed = None if None in seconds else min(float(t) for t in seconds if t is not None)
+        unsettled = sum(1 for r in rows if not bool(r["stable"]))
+        reason = unstable_reason(unsettled, len(rows), throughput, max_ci_pct)
         point |= {
             "trials": len(rows),
             "request_count": min(int(r["request_count"]) for r in rows),
             "measured_requests": counted,
             "measured_s": timed,
             "duration_capped": any(bool(r.get("duration_capped")) for r in rows),
-            "stable": all(bool(r["stable"]) for r in rows)
-            and (throughput.n < 2 or throughput.within(max_ci_pct)),
+            "stable": not reason,
             "attempts": sum(int(r["attempts"]) for r in rows),
+            "unstable_reason": reason,
         }
         summary.append(point)
     return summary

@@ -6,7 +6,9 @@ Every chart draws one series per *configuration* ("gpu/format/precision"), so ru
 from several formats, precisions or GPUs compare on one chart. Every measured value with a 95 %
 confidence interval (its ``_ci95`` column, over the point's trials) carries it as an error bar,
 and the points whose measurement was not stable are circled in red. ``save`` writes SVG and PNG
-(via vl-convert, no browser needed) and an interactive, self-contained HTML page.
+(via vl-convert, no browser needed) and an interactive, self-contained HTML page. A run nothing
+was published for (a CPU run) has its published charts draw the seed page's rows of its model
+and format beside it, in a panel with axes of its own (``published_reference``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ COMPONENTS = chart_labels("component")
 BREAKDOWN_TOTAL = "avg_latency_ms"
 BREAKDOWN_ERROR_LABEL = "avg latency ± 95 % CI"
 SCENARIO_X = {"offline": "batch", "online": "concurrency"}
+# What tells apart published rows of one configuration (another accelerator, data set, ...).
+VARIANT_COLUMNS = ("accelerator", "dataset", "sequence_length")
+MEASURED_PANEL = "Measured (this run)"
+REFERENCE_PANEL = "Published (seed page), for reference"
 
 # The serving-configuration search's points.csv: the columns its chart needs, those it draws
 # when there, which of them are numbers and which flags.
@@ -245,12 +251,8 @@ def published_overlay(
     theirs = _prepare(published, scenario, needed, check_model=False)
     if "model" in ours and "model" in theirs:
         theirs = theirs[theirs["model"].isin(ours["model"].unique())]
-    variant = pd.Series("", index=theirs.index, dtype=str)
-    for column in ("accelerator", "dataset", "sequence_length"):
-        if column in theirs:
-            variant += theirs[column].map(_label)
     theirs = theirs.assign(
-        **{SOURCE: "published", "series": "published " + theirs[CONFIG] + variant}
+        **{SOURCE: "published", "series": "published " + theirs[CONFIG] + _variant(theirs)}
     )
     data = pd.concat([ours, theirs], ignore_index=True)
     x_title = BATCH_TITLE if scenario == "offline" else CONCURRENCY_TITLE
@@ -285,6 +287,85 @@ def published_overlay(
     layers = [line, *error, *_unstable_marks(data, x_enc, y_enc)]
     title = _title(f"Throughput vs {x_name}: measured and published", ours)
     return _layer(layers, data, title).interactive()
+
+
+def published_reference(
+    measured: pd.DataFrame, reference: pd.DataFrame, scenario: str, reason: str | None = None
+) -> alt.HConcatChart | alt.LayerChart:
+    """Measured throughput beside published rows of *other* configurations, each panel on its
+    own axes (vs batch size offline, vs concurrency online).
+
+    For a run nothing was published for (a CPU run: the seed pages measured GPUs only) the
+    overlay would hold no published point. ``reference`` (the seed page's rows of the run's
+    model and format on the GPUs they were measured on: ``deploybench.report.reference_rows``)
+    stands in a second panel with its own y axis: a CPU's throughput may be orders of magnitude
+    lower, and one axis would flatten one side. One color scale across both panels; published
+    variants of one configuration (accelerator, data set, sequence length) are separate lines
+    where the reference holds several. ``reason``: why nothing was published for the run, for
+    the subtitle. Where ``reference`` has no row of ``scenario`` the chart is the measured panel
+    alone, and its subtitle says so.
+    """
+    if scenario not in SCENARIO_X:
+        raise ValueError(f"unknown scenario {scenario!r}; valid: {sorted(SCENARIO_X)}")
+    x = SCENARIO_X[scenario]
+    needed = [x, "throughput"]
+    ours = _prepare(measured, scenario, needed)
+    theirs = _prepare(reference, scenario, needed, check_model=False)
+    varying = [c for c in VARIANT_COLUMNS if c in theirs and theirs[c].nunique() > 1]
+    theirs[CONFIG] = theirs[CONFIG] + _variant(theirs, varying)
+    x_title = BATCH_TITLE if scenario == "offline" else CONCURRENCY_TITLE
+    x_name = "Batch Size" if scenario == "offline" else "Concurrency"
+    models = sorted(ours["model"].unique()) if "model" in ours.columns else []
+    model = " ".join(map(str, models))
+    what = "Nothing was published for " + ", ".join(sorted(ours[CONFIG].unique()))
+    what += f" ({reason})" if reason else ""
+    if theirs.empty:
+        what += f", and the seed page has no {scenario} {model} rows to show beside it"
+    else:
+        formats = ", ".join(sorted(theirs["format"].astype(str).unique()))
+        gpus = ", ".join(sorted(theirs["gpu"].astype(str).unique()))
+        what += (
+            f": the seed page's {model} {formats} rows on {gpus} stand beside it for reference, "
+            "on axes of their own"
+        )
+    title = alt.TitleParams(
+        f"Throughput vs {x_name}: measured and published", subtitle=[*models, what]
+    )
+    configurations = [*sorted(ours[CONFIG].unique()), *sorted(theirs[CONFIG].unique())]
+    panels = [
+        _series_chart(
+            data,
+            x=(x, x_title),
+            y=("throughput", THROUGHPUT_TITLE),
+            title=alt.TitleParams(panel, fontSize=12),
+            order=x,
+            color=_color(data, configurations),
+            # its own: one parameter bound to both panels' scales would pan them together
+            zoom=f"zoom_{source}",
+        )
+        for source, panel, data in (
+            ("measured", MEASURED_PANEL, ours),
+            ("published", REFERENCE_PANEL, theirs),
+        )
+        if not data.empty or source == "measured"
+    ]
+    if len(panels) == 1:
+        return panels[0].properties(title=title)
+    return alt.hconcat(*panels, title=title)
+
+
+def published_chart(
+    measured: pd.DataFrame,
+    published: pd.DataFrame,
+    reference: pd.DataFrame,
+    scenario: str,
+    reason: str | None = None,
+) -> alt.TopLevelMixin:
+    """A run's published chart: its points over its ``published`` rows (:func:`published_overlay`)
+    or, where it has none, beside the ``reference`` rows (:func:`published_reference`)."""
+    if published.empty:
+        return published_reference(measured, reference, scenario, reason)
+    return published_overlay(measured, published, scenario)
 
 
 def search_pareto(
@@ -427,7 +508,13 @@ def search_pareto(
 
 
 def sized(chart: alt.TopLevelMixin, width: int, height: int) -> alt.TopLevelMixin:
-    """``chart`` drawn ``width`` x ``height`` px; a faceted chart's cells are that size each."""
+    """``chart`` drawn ``width`` x ``height`` px; a faceted chart's cells and a concatenated
+    chart's panels are that size each."""
+    if isinstance(chart, alt.HConcatChart):
+        # Nor has a concatenation: its panels do.
+        panels = chart.copy(deep=True)
+        panels.hconcat = [panel.properties(width=width, height=height) for panel in panels.hconcat]
+        return panels
     if isinstance(chart, alt.FacetChart):
         # A facet has no size of its own (Vega-Lite rejects one): its cells do.
         cells = chart.copy(deep=True)
@@ -439,8 +526,10 @@ def sized(chart: alt.TopLevelMixin, width: int, height: int) -> alt.TopLevelMixi
 def save(chart: alt.TopLevelMixin, stem: Path, inline_html: bool = True) -> list[Path]:
     """Write ``stem.svg``, ``stem.png`` and ``stem.html``; return their paths.
 
-    The HTML page embeds the Vega JavaScript (~0.9 MB) unless ``inline_html`` is false, when it
-    loads it from a CDN instead (a few kB, but needs the network to display).
+    The HTML page carries its JavaScript (~0.9 MB: Vega, Vega-Lite and vega-embed, the bundle
+    vl-convert ships, which Altair's ``inline=True`` writes into the page), so it opens offline
+    and loads nothing (tests/test_browser.py opens them in Chromium). ``inline_html`` false
+    loads them from a CDN instead: a few kB, but blank without the network; for tests only.
     """
     paths = []
     for suffix, write in (
@@ -480,7 +569,7 @@ def _prepare(
     keep = [c for c in ("model", *CONFIG_FIELDS) if c in data.columns]
     keep += [c for c in values if c not in keep]
     keep += [c for c in intervals if c in data.columns]
-    keep += [c for c in ("accelerator", "dataset", "sequence_length") if c in data.columns]
+    keep += [c for c in VARIANT_COLUMNS if c in data.columns]
     unstable = _unstable(data)
     data = data[keep].copy()
     for column in (*values, *intervals):
@@ -521,12 +610,22 @@ def _said(column: pd.Series, expected: bool) -> pd.Series:
 
 
 def _series_chart(
-    data: pd.DataFrame, x: tuple[str, str], y: tuple[str, str], title: str, order: str
+    data: pd.DataFrame,
+    x: tuple[str, str],
+    y: tuple[str, str],
+    title: str | alt.TitleParams,
+    order: str,
+    color: alt.Color | None = None,
+    zoom: str | None = None,
 ) -> alt.LayerChart:
     """Line + points, one series per configuration, joined in ``order``; x, y: (field, title).
 
     Error bars on each axis whose value has an interval, and the unstable points circled.
+    ``title``: a text (the models its subtitle) or the whole title; ``color``: the
+    configuration's color when not its own (a scale shared with another panel); ``zoom``: the
+    name of its pan-and-zoom parameter, for panels each zoomed on its own.
     """
+    color = color or _color(data)
     fields = dict.fromkeys([CONFIG, order, x[0], y[0]])
     tooltip: list[str | alt.Tooltip] = [f"{f}:N" if f == CONFIG else f"{f}:Q" for f in fields]
     tooltip += [
@@ -542,7 +641,7 @@ def _series_chart(
         .encode(
             x=x_enc,
             y=y_enc,
-            color=_color(data),
+            color=color,
             order=alt.Order(f"{order}:Q"),
             tooltip=tooltip,
         )
@@ -553,10 +652,12 @@ def _series_chart(
         y_enc,
         x_error=INTERVAL_COLUMNS.get(x[0]),
         y_error=INTERVAL_COLUMNS.get(y[0]),
-        color=_color(data),
+        color=color,
     )
     layers = [line, *error, *_unstable_marks(data, x_enc, y_enc)]
-    return _layer(layers, data, _title(title, data)).interactive()
+    if isinstance(title, str):
+        title = _title(title, data)
+    return _layer(layers, data, title).interactive(name=zoom)
 
 
 def _error_bars(
@@ -638,15 +739,30 @@ def _layer(
     return alt.LayerChart(layer=list(layers), data=data, title=title)
 
 
-def _color(data: pd.DataFrame) -> alt.Color:
-    configurations = sorted(data[CONFIG].unique())
+def _color(data: pd.DataFrame, configurations: Sequence[str] | None = None) -> alt.Color:
+    """The configuration's color: ``data``'s configurations, or all of ``configurations`` in
+    that order (one scale for panels of different data: the same domain in each)."""
+    domain = list(configurations) if configurations else alt.Undefined
+    configurations = list(configurations or sorted(data[CONFIG].unique()))
     # The default palette repeats after 10 colors; the published overlays can hold more.
     return alt.Color(
         f"{CONFIG}:N",
         title="Configuration",
         sort=configurations,
-        scale=alt.Scale(scheme="tableau10" if len(configurations) <= 10 else "tableau20"),
+        scale=alt.Scale(
+            scheme="tableau10" if len(configurations) <= 10 else "tableau20", domain=domain
+        ),
     )
+
+
+def _variant(rows: pd.DataFrame, columns: Sequence[str] = VARIANT_COLUMNS) -> pd.Series:
+    """Per published row, the suffix telling apart variants of one configuration (another
+    accelerator, data set or sequence length): " trt", " electricity 128" or ""."""
+    variant = pd.Series("", index=rows.index, dtype=str)
+    for column in columns:
+        if column in rows:
+            variant += rows[column].map(_label)
+    return variant
 
 
 def _label(value: object) -> str:

@@ -12,12 +12,13 @@ import html
 import json
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .chart_names import RunChart
 from .columns import INTERVAL_COLUMNS, TABLE_LABELS
 from .compare import (
     METRIC_HEADINGS,
@@ -27,7 +28,7 @@ from .compare import (
     format_interval,
     measured,
 )
-from .config import ConfigError, published_ran, reference_run
+from .config import ConfigError, published_ran, reference_format, reference_model, reference_run
 from .engines import describe as describe_engines
 from .errors import ResultsError
 from .stats import ratio_to
@@ -61,6 +62,89 @@ def _relabelled(config: dict[str, Any], run_path: str) -> dict[str, dict[str, st
         return {}
     labels = published_ran(config, model).get(fmt, {})
     return {label: e for label, e in labels.items() if e["precision"] == precision}
+
+
+# The run's charts of its points and the published ones, per scenario.
+PUBLISHED_CHARTS = {"offline": RunChart.PUBLISHED_OFFLINE, "online": RunChart.PUBLISHED_ONLINE}
+
+
+def reference_rows(config: dict[str, Any], published: pd.DataFrame, run_path: str) -> pd.DataFrame:
+    """For a run nothing was published for (:func:`published_rows` is empty: a CPU run, or a
+    format or precision the seed page did not publish on that GPU), the published rows to show
+    beside it for reference: the seed page's rows of the run's model and format, on the GPUs
+    and in the precisions they were measured in; where its format has none, the rows of the
+    model's other formats. Empty where the run has published rows of its own, or the model
+    none at all. Rows whose model or format no entry here reproduces are never chosen."""
+    if not published_rows(config, published, run_path).empty:
+        return published.iloc[:0]
+    model, _, fmt, _ = run_path.split("/")
+    entries = _reproducing_entries(config, published)
+    of_model = published[entries["model"] == model]
+    of_format = of_model[entries.loc[of_model.index, "format"] == fmt]
+    return of_format if not of_format.empty else of_model
+
+
+def _reproducing_entries(config: dict[str, Any], published: pd.DataFrame) -> pd.DataFrame:
+    """Per published row, the model and format entries that reproduce it (as
+    :func:`deploybench.config.reference_run` resolves them; None where none does), on the
+    rows' index."""
+    keys = ["model", "dataset", "format", "accelerator"]
+    rows = published.reindex(columns=keys).astype(object)
+    rows = rows.where(rows.notna() & (rows != ""), None)  # no data set, no accelerator: None
+    found: dict[tuple[Any, ...], tuple[str | None, str | None]] = {}
+
+    def entry(find: Callable[..., str], *args: Any) -> str | None:
+        try:
+            return find(config, *args)
+        except ConfigError:
+            return None
+
+    # a handful of distinct keys among a thousand rows: each resolved once
+    for key in rows.itertuples(index=False, name=None):
+        if key not in found:
+            model, dataset, fmt, accelerator = key
+            found[key] = (
+                entry(reference_model, str(model), dataset),
+                entry(reference_format, str(fmt), str(accelerator or "none")),
+            )
+    return pd.DataFrame(
+        [found[key] for key in rows.itertuples(index=False, name=None)],
+        index=published.index,
+        columns=["model", "format"],
+        dtype=object,
+    )
+
+
+def no_published_reason(config: dict[str, Any], run_path: str) -> str | None:
+    """Why nothing can have been published for a run, where its device says it: a CPU run."""
+    gpu = run_path.split("/")[1]
+    if config["gpus"].get(gpu, {}).get("device") == "cpu":
+        return "the seed pages measured GPUs only"
+    return None
+
+
+def reference_note(config: dict[str, Any], published: pd.DataFrame, run_path: str) -> str | None:
+    """What a run's page says where nothing was published for it: which published rows its
+    published charts show beside it instead (:func:`reference_rows`), and why no ratio."""
+    if not published_rows(config, published, run_path).empty:
+        return None
+    reason = no_published_reason(config, run_path)
+    why = f" ({reason})" if reason else ""
+    rows = reference_rows(config, published, run_path)
+    if rows.empty:
+        return f"Nothing was published for {run_path}{why}, nor for its model."
+    model, _, fmt, _ = run_path.split("/")
+    formats = sorted(rows["format"].astype(str).unique())
+    gpus = ", ".join(sorted(rows["gpu"].astype(str).unique()))
+    instead = "" if fmt in formats else f" (it published no {fmt})"
+    scenarios = [s for s in PUBLISHED_CHARTS if (rows["scenario"] == s).any()]
+    charts = " and ".join(PUBLISHED_CHARTS[s] for s in scenarios)
+    return (
+        f"Nothing was published for {run_path}{why}. Its chart{'s' if len(scenarios) > 1 else ''} "
+        f"{charts} show{'' if len(scenarios) > 1 else 's'} the seed page's {model} "
+        f"{', '.join(formats)} rows{instead} on {gpus} in a panel of their own beside it, for "
+        "reference only: another device or configuration, so no ratio."
+    )
 
 
 def published_notes(config: dict[str, Any], published: pd.DataFrame, run_path: str) -> list[str]:
@@ -220,6 +304,13 @@ def provenance_summary(provenance: dict[str, Any]) -> str:
     return "\n".join(f"- {item}" for item in items)
 
 
+def chart_image(png: str, alt: str | None = None) -> str:
+    """A chart on a page: its PNG (``alt``: its stem), linked to the interactive HTML page
+    beside it (``plots.save`` writes both; the HTML carries its own JavaScript)."""
+    path = Path(png)
+    return f"[![{alt or path.stem}]({png})]({path.with_suffix('.html').as_posix()})"
+
+
 def run_section(
     run_path: str,
     offline: pd.DataFrame,
@@ -232,7 +323,7 @@ def run_section(
         "### Configuration",
         configuration_table(provenance),
         "### Plots",
-        *[f"![{Path(p).stem}]({p})" for p in plots],
+        *[chart_image(p) for p in plots],
         "### Offline: static batching, concurrency 1",
         markdown_table(offline, TABLE_LABELS),
         "### Online: dynamic batching over concurrency",
@@ -390,7 +481,7 @@ def search_section(
     heading = "### Serving-configuration search" if nested else f"## Search: {run_path}"
     parts = [heading, _searched(choice) + " " + _chosen(choice)]
     if chart is not None:
-        parts.append(f"![search pareto]({chart})")
+        parts.append(chart_image(chart, "search pareto"))
     parts.append(
         "Each candidate at its best point: the most throughput within the budget (empty when "
         "none was); its gain is that throughput over the baseline's, ± its 95 % half-width."

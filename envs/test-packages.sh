@@ -2,12 +2,14 @@
 # Debian packages the tests need beyond the venv: SLURM and munge for the real one-node SLURM
 # cluster the tests start (tests/slurm_cluster.py; see ../shared/notes/slurm.md), and
 # debootstrap for the image-build rehearsal's Debian root (tests/image_rehearsal.py), gcc for
-# the stand-in libcuda the preflight's driver check is tested with (tests/test_cuda_driver.py). Installs
-# only; the tests write the configuration and start the daemons themselves (there is no systemd
-# to start them). Without root (and no password-less sudo) it says so and stops: those tests
-# then skip, except under CI (CI=true), where a missing package is a failure.
+# the stand-in libcuda the preflight's driver check is tested with (tests/test_cuda_driver.py),
+# chromium, run headless, to open the report pages and charts as a reader would
+# (tests/test_browser.py). Installs only; the tests write the configuration and start the daemons
+# themselves (there is no systemd to start them). Without root (and no password-less sudo) it
+# says so and stops: those tests then skip, except under CI (CI=true), where a missing package
+# is a failure.
 set -euo pipefail
-PACKAGES=(slurmctld slurmd slurm-client munge debootstrap gcc libc6-dev)
+PACKAGES=(slurmctld slurmd slurm-client munge debootstrap gcc libc6-dev chromium)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

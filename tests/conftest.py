@@ -156,6 +156,20 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wd
 
 
+@pytest.fixture(scope="session")
+def reported(
+    smoke_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, int]]:
+    """A copy of the shared CPU run with `snakemake report` run in it, and the jobs its dry run
+    planned (tests/test_report.py, tests/test_browser.py)."""
+    work = tmp_path_factory.mktemp("report") / "work"
+    shutil.copytree(smoke_run, work, symlinks=True)
+    planned = planned_jobs(run_snakemake(work, "-n", "report"))
+    result = run_snakemake(work, "report")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return work, planned
+
+
 @pytest.fixture
 def copy_of(smoke_run: Path, tmp_path: Path) -> Path:
     """A copy of the finished smoke run (mtimes and Snakemake metadata kept) to break things in."""

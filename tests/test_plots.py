@@ -583,3 +583,83 @@ def test_published_overlay_takes_the_reference_table():
         assert {r["model"] for r in data} == {"nnunet"}
         published_configs = {r[plots.CONFIG] for r in data if r[plots.SOURCE] == "published"}
         assert "A100/ts-script/fp16" in published_configs
+
+
+def reference_rows(scenario: str = "offline") -> pd.DataFrame:
+    """The seed page's rows of another device: two GPUs, one of them with two accelerators."""
+    rows = published_rows()
+    rows = rows[(rows["model"] == "nnunet") & (rows["scenario"] == "offline")].dropna(
+        subset=["batch", "throughput"]
+    )
+    a100 = rows[rows["accelerator"] == "none"].assign(gpu="A100")
+    a100["throughput"] = 1000.0 * a100["batch"]
+    return pd.concat([rows, a100], ignore_index=True).assign(scenario=scenario)
+
+
+def test_published_reference_stands_beside_the_run_on_axes_of_its_own():
+    """A run nothing was published for: its points in one panel, the reference rows in a
+    second with its own y scale, one color scale across both, each panel zoomed on its own."""
+    measured = perf_rows(configs=[("cpu", "onnx", "fp32")])
+    chart = plots.published_reference(
+        measured, reference_rows(), "offline", "the seed pages measured GPUs only"
+    )
+    spec = chart.to_dict()
+    left, right = spec["hconcat"]
+    assert [p["title"]["text"] for p in (left, right)] == [
+        plots.MEASURED_PANEL,
+        plots.REFERENCE_PANEL,
+    ]
+    subtitle = spec["title"]["subtitle"]
+    assert subtitle[0] == "nnunet"
+    assert subtitle[1].startswith(
+        "Nothing was published for cpu/onnx/fp32 (the seed pages measured GPUs only): "
+        "the seed page's nnunet onnx rows on A100, T4 stand beside it"
+    )
+    ours = {r[plots.CONFIG] for r in spec["datasets"][left["data"]["name"]]}
+    theirs = {r[plots.CONFIG] for r in spec["datasets"][right["data"]["name"]]}
+    assert ours == {"cpu/onnx/fp32"}
+    # T4's two accelerators are two lines: the accelerator, which varies in the reference,
+    # is in every label
+    assert theirs == {"A100/onnx/fp16 none", "T4/onnx/fp16 none", "T4/onnx/fp16 trt"}
+    domains = [
+        layer["encoding"]["color"]["scale"]["domain"]
+        for panel in (left, right)
+        for layer in panel["layer"]
+        if "color" in layer["encoding"]
+    ]
+    assert domains and all(d == ["cpu/onnx/fp32", *sorted(theirs)] for d in domains)
+    assert sorted(p["name"] for p in spec["params"]) == ["zoom_measured", "zoom_published"]
+    # its own y scale each (Vega-Lite's default for concatenated views): two y axes drawn
+    root = ET.fromstring(vlc.vegalite_to_svg(plots.sized(chart, 200, 150).to_dict()))
+    assert "Published (seed page), for reference" in "".join(root.itertext())
+
+
+def test_published_reference_without_rows_of_the_scenario_is_the_run_alone():
+    measured = perf_rows(configs=[("cpu", "onnx", "fp32")])
+    chart = plots.published_reference(measured, reference_rows("offline"), "online")
+    assert isinstance(chart, alt.LayerChart)
+    spec = chart.to_dict()
+    assert spec["title"]["subtitle"][1] == (
+        "Nothing was published for cpu/onnx/fp32, and the seed page has no online nnunet rows "
+        "to show beside it"
+    )
+    assert {r[plots.CONFIG] for r in records(spec)} == {"cpu/onnx/fp32"}
+
+
+def test_published_chart_overlays_the_run_s_own_rows_else_sets_the_reference_beside():
+    measured = perf_rows(configs=[("T4", "onnx", "fp16")])
+    own = published_rows()
+    overlay = plots.published_chart(measured, own, own.iloc[:0], "offline")
+    assert isinstance(overlay, alt.LayerChart)
+    assert {r[plots.SOURCE] for r in records(overlay.to_dict())} == {"measured", "published"}
+    beside = plots.published_chart(measured, own.iloc[:0], reference_rows(), "offline")
+    assert isinstance(beside, alt.HConcatChart)
+
+
+def test_sized_sets_each_panel_of_a_concatenation():
+    measured = perf_rows(configs=[("cpu", "onnx", "fp32")])
+    chart = plots.published_reference(measured, reference_rows(), "offline")
+    spec = plots.sized(chart, 210, 170).to_dict()
+    assert "width" not in spec
+    assert [(p["width"], p["height"]) for p in spec["hconcat"]] == [(210, 170)] * 2
+    assert "width" not in chart.to_dict()["hconcat"][0]  # a copy: the chart is left as it was

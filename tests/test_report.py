@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import xml.etree.ElementTree as ET
 import zipfile
 
@@ -15,9 +14,12 @@ from deploybench.columns import TABLE_LABELS
 from deploybench.report import (
     between_runs,
     between_runs_section,
+    chart_image,
     markdown_table,
     published_rows,
     ratios,
+    reference_note,
+    reference_rows,
     summary_section,
 )
 from tests.conftest import REPO, base_config, planned_jobs, run_snakemake
@@ -44,6 +46,53 @@ def test_published_rows_of_a_run_are_those_it_reproduces():
     assert set(rows["format"]) == {"trt"} and set(rows["precision"]) == {"fp16"}
     assert set(rows["dataset"]) == {"electricity"}  # traffic rows belong to tft_traffic
     assert published_rows(base_config(), published, "tft/cpu/onnx/fp32").empty
+
+
+def test_a_cpu_run_s_reference_is_its_model_and_format_on_the_gpus_published():
+    """Nothing was published for a CPU: the seed page's rows of the run's model and format (all
+    GPUs and precisions), or of its model where its format was not published; none for a run
+    with published rows of its own."""
+    config, published = base_config(), pd.read_csv(PUBLISHED)
+
+    def shown(run: str) -> set[tuple[str, str, str, str]]:
+        rows = reference_rows(config, published, run)
+        return set(zip(rows["gpu"], rows["format"], rows["precision"], rows["accelerator"]))
+
+    nnunet = shown("nnunet/cpu/ts-script/fp32")
+    assert {(g, p) for g, _, p, _ in nnunet} == {
+        (g, p) for g in ("A100", "A40", "T4", "V100") for p in ("fp16", "fp32")
+    }
+    assert shown("nnunet/cpu/onnx/fp32") == nnunet  # no onnx published: the model's ts-script
+    assert {f for _, f, _, _ in shown("tft/cpu/onnx/fp32")} == {"trt", "ts-trace"}
+    assert {f for _, f, _, _ in shown("tft/cpu/ts-trace/fp32")} == {"ts-trace"}
+    # BERT's onnx rows with the TensorRT accelerator are onnx-trt's, not onnx's
+    assert {(f, a) for _, f, _, a in shown("bert/cpu/onnx/fp32")} == {("onnx", "none")}
+    # the data set picks the model entry
+    traffic = reference_rows(config, published, "tft_traffic/cpu/onnx/fp32")
+    assert set(traffic["dataset"]) == {"traffic"} and len(traffic) == 344
+    assert reference_rows(config, published, "tft/A30/trt/fp16").empty
+
+
+def test_the_page_says_what_a_cpu_run_s_published_charts_show():
+    config, published = base_config(), pd.read_csv(PUBLISHED)
+    assert reference_note(config, published, "tft/cpu/onnx/fp32") == (
+        "Nothing was published for tft/cpu/onnx/fp32 (the seed pages measured GPUs only). Its "
+        "charts published_offline and published_online show the seed page's tft trt, ts-trace "
+        "rows (it published no onnx) on A100, A30, T4, V100 in a panel of their own beside it, "
+        "for reference only: another device or configuration, so no ratio."
+    )
+    # BERT's page published offline figures only: one chart shows them
+    bert = reference_note(config, published, "bert/cpu/ts-trace/fp32")
+    assert bert is not None and "Its chart published_offline shows the seed page's bert " in bert
+    assert reference_note(config, published, "tft/A30/trt/fp16") is None
+
+
+def test_a_chart_on_a_page_links_its_interactive_page():
+    assert chart_image("../../results/r/plots/offline_latency.png") == (
+        "[![offline_latency](../../results/r/plots/offline_latency.png)]"
+        "(../../results/r/plots/offline_latency.html)"
+    )
+    assert chart_image("search/pareto.png", "search pareto").startswith("[![search pareto](")
 
 
 def test_ratio_per_point_joins_scenario_batch_and_concurrency():
@@ -162,17 +211,6 @@ def test_report_page_compares_its_runs_with_intervals(tmp_path):
     assert "| 8 | 1 | 800.0 ± 8.0 |" in text  # the offline table: throughput ± its half-width
 
 
-@pytest.fixture(scope="module")
-def reported(smoke_run, tmp_path_factory):
-    """A copy of the shared CPU run with `snakemake report` run in it."""
-    work = tmp_path_factory.mktemp("report") / "work"
-    shutil.copytree(smoke_run, work, symlinks=True)
-    planned = planned_jobs(run_snakemake(work, "-n", "report"))
-    result = run_snakemake(work, "report")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return work, planned
-
-
 @pytest.mark.e2e
 def test_report_after_the_cpu_run_only_plots_and_writes(reported):
     work, planned = reported
@@ -190,6 +228,9 @@ def test_report_after_the_cpu_run_only_plots_and_writes(reported):
     # the smoke config's search_targets: TFT's search, its choice and chart, on TFT's page
     assert "### Serving-configuration search" in page and "(baseline" in page
     assert "](../../results/tft/cpu/onnx/fp32/search/pareto.png)" in page
+    # each chart's PNG links its interactive page; nothing was published for a CPU: the note
+    assert "(../../results/tft/cpu/onnx/fp32/plots/published_online.html)" in page
+    assert "*Note:* Nothing was published for tft/cpu/onnx/fp32 (the seed pages" in page
     for png in (work / "results" / "tft" / "cpu" / "onnx" / "fp32" / "plots").glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
     svg = work / "reports" / "cpu" / "tft" / "comparison_offline.svg"

@@ -6,6 +6,7 @@ Fast: no server, no perf_analyzer."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -344,9 +345,11 @@ def test_perf_job_measures_and_records_the_transport_used(
     assert calls and all(c["transport"] == Transport(protocol, shared_memory) for c in calls)
     assert {c["url"] for c in calls} == {FakeServer().url(protocol)}
     for name in ("offline.csv", "trials.csv"):
-        header, *rows = Path(out[name]).read_text().splitlines()
-        assert header.split(",")[-2:] == ["protocol", "shared_memory"]
-        assert rows and all(row.split(",")[-2:] == [protocol, shared_memory] for row in rows)
+        with Path(out[name]).open() as f:
+            rows = list(csv.DictReader(f))
+        assert rows and all(
+            (row["protocol"], row["shared_memory"]) == (protocol, shared_memory) for row in rows
+        )
     recorded = json.loads(Path(out["prov.json"]).read_text())["config"]["transport"]
     assert recorded == spec["transport"]
     assert (recorded["fallback"] is not None) == fallback
@@ -356,8 +359,12 @@ def test_perf_job_measures_and_records_the_transport_used(
     assert locked == (shared_memory == "system")
 
 
-def test_perf_columns_end_with_the_transport():
-    assert CSV_COLUMNS[-2:] == TRIAL_COLUMNS[-2:] == ["protocol", "shared_memory"]
+def test_transport_columns_come_after_the_earlier_ones():
+    """Added after `attempts` (the last column before them): an older CSV keeps every column
+    of its own in the same place."""
+    for columns in (CSV_COLUMNS, TRIAL_COLUMNS):
+        at = columns.index("attempts")
+        assert columns[at + 1 : at + 3] == ["protocol", "shared_memory"]
     assert CSV_COLUMNS[:5] == ["model", "gpu", "format", "precision", "scenario"]
 
 

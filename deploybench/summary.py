@@ -1,0 +1,239 @@
+"""``deploybench summary <run dir>``: what one run measured, in a few lines of plain text.
+
+For a run directory (``results/<model>/<gpu>/<format>/<precision>``): the run, the accuracy
+verdict (``accuracy.csv``, ``task.csv``), a row per measured point of each scenario whose CSV
+exists (throughput ± the half-width of its 95 % interval, p99 latency, stable or why not), then
+the paths of the run's CSVs, charts (``<run>/plots/``) and report pages
+(``reports/<set>/<model>.html`` in the workdir) that exist, or how to make them.
+
+Standard library only: it reads CSVs as text, so it answers at once.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .chart_names import RUN_CHARTS
+from .errors import ResultsError
+from .progress import count
+
+SCENARIOS = {
+    "offline": "offline (static batching, concurrency 1)",
+    "online": "online (dynamic batching over concurrency)",
+}
+RUN_FILES = ("accuracy.csv", "task.csv", *(f"{s}.csv" for s in SCENARIOS))
+RUN_FIELDS = ("model", "gpu", "format", "precision")
+EXPECTED = (
+    "a run directory, results/<model>/<gpu>/<format>/<precision> (e.g. results/tft/cpu/onnx/fp32), "
+    "holding accuracy.csv, offline.csv or online.csv"
+)
+MAKE = ".venv/bin/snakemake --profile profiles/local"
+HEADING = f"  {'batch':>5}  {'conc.':>5}  {'throughput infer/s ± 95 %':>28}  {'p99 ms':>8}  stable"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory: where it is, the run it holds, and its workdir when it lies at
+    ``<workdir>/results/<model>/<gpu>/<format>/<precision>`` (None elsewhere)."""
+
+    path: Path
+    name: str  # model/gpu/format/precision
+    workdir: Path | None
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def find_run(path: Path) -> Run:
+    """The run in ``path``; a :class:`ResultsError` naming the path and what is expected for
+    anything else."""
+    if not path.is_dir():
+        what = "does not exist" if not path.exists() else "is not a directory"
+        raise ResultsError(f"{path} {what}; expected {EXPECTED}")
+    if not any((path / name).is_file() for name in RUN_FILES):
+        below = runs_below(path)
+        hint = f"; runs below it: {', '.join(below)}" if below else ""
+        raise ResultsError(
+            f"{path} holds none of {', '.join(RUN_FILES)}: expected {EXPECTED}{hint}"
+        )
+    workdir = path.resolve().parents[4] if _in_results(path) else None
+    return Run(path, run_name(path), workdir)
+
+
+def runs_below(path: Path, most: int = 3) -> list[str]:
+    """Up to ``most`` run directories under ``path`` (a workdir, its ``results/``, or a
+    directory in between): ``results/<model>/<gpu>/<format>/<precision>`` with a run's CSV."""
+    found = {
+        shown(csv_path.parent)
+        for depth in range(1, 6)  # results/ is at most five levels above a run's CSVs
+        for csv_path in path.glob("*/" * depth + "*.csv")
+        if csv_path.name in RUN_FILES and _in_results(csv_path.parent)
+    }
+    return sorted(found)[:most]
+
+
+def _in_results(run: Path) -> bool:
+    """Whether ``run`` lies at ``results/<model>/<gpu>/<format>/<precision>``."""
+    parents = run.resolve().parents
+    return len(parents) > 4 and parents[3].name == "results"
+
+
+def run_name(path: Path) -> str:
+    """``model/gpu/format/precision``: as the run's CSVs say, else the directory's last four
+    names."""
+    for name in RUN_FILES[2:]:
+        csv_path = path / name
+        if csv_path.is_file():
+            rows = read_rows(csv_path)
+            if rows and all(rows[0].get(f) for f in RUN_FIELDS):
+                return "/".join(rows[0][f] for f in RUN_FIELDS)
+    return "/".join(path.resolve().parts[-4:])
+
+
+def shown(path: Path) -> str:
+    """A path as the user may type it: relative to the current directory when under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+def accuracy_lines(run: Path) -> list[str]:
+    """The accuracy verdict (``accuracy.csv``) and the task metric (``task.csv``)."""
+    path = run / "accuracy.csv"
+    if not path.is_file():
+        return ["accuracy: not measured (no accuracy.csv)"]
+    rows = read_rows(path)
+    failed = [r for r in rows if str(r.get("passed")).lower() != "true"]
+    worst = max((_number(r.get("max_abs_err")) for r in rows), default=math.nan)
+    batches = sorted({r.get("batch") or "?" for r in rows})
+    if not rows:
+        verdict = "accuracy.csv holds no rows"
+    elif failed:
+        names = ", ".join(str(r.get("output")) for r in failed)
+        verdict = f"FAILED, {len(failed)} of {len(rows)} outputs outside tolerance: {names}"
+    else:
+        verdict = f"passed, {count(len(rows), 'output')} within tolerance"
+        verdict += f" at batch {', '.join(batches)} (max abs err {worst:.2g})"
+    lines = [f"accuracy: {verdict}"]
+    task = run / "task.csv"
+    for row in read_rows(task) if task.is_file() else []:
+        value = row.get("value") or ""
+        verdict = {"true": "passed", "false": "FAILED"}.get(str(row.get("passed")).lower(), "")
+        said = f"{value} (threshold {row.get('threshold')}, {verdict})" if value else ""
+        lines.append(f"task metric {row.get('metric')}: {said or row.get('note') or 'no value'}")
+    return lines
+
+
+def interval_text(value: float, half: float) -> str:
+    """``value ± half (pct %)``; the value alone without an interval (one trial)."""
+    if math.isnan(value):
+        return "?"
+    if math.isnan(half):
+        return f"{value:.1f} (no interval)"
+    pct = f"{half / value * 100:.1f} %" if value else "?"
+    return f"{value:.1f} ± {half:.1f} ({pct})"
+
+
+def stable_text(row: dict[str, str]) -> str:
+    """ "yes", or "no" and why (the ``unstable_reason`` column, when the CSV has it)."""
+    stable = str(row.get("stable", "")).lower()
+    if stable == "true":
+        return "yes"
+    if stable == "false":
+        reason = row.get("unstable_reason") or ""
+        return f"no: {reason}" if reason else "no"
+    return "?"
+
+
+def point_line(row: dict[str, str]) -> str:
+    throughput = interval_text(_number(row.get("throughput")), _number(row.get("throughput_ci95")))
+    p99 = _number(row.get("p99_latency_ms"))
+    return (
+        f"  {row.get('batch', '?'):>5}  {row.get('concurrency', '?'):>5}  {throughput:>28}  "
+        f"{p99:>8.2f}  {stable_text(row)}"
+    )
+
+
+def scenario_lines(run: Path, scenario: str) -> list[str]:
+    """A scenario's heading and a row per point; nothing when its CSV does not exist."""
+    path = run / f"{scenario}.csv"
+    if not path.is_file():
+        return []
+    rows = read_rows(path)
+    trials = sorted({r.get("trials") or "?" for r in rows})
+    plural = "" if trials == ["1"] else "s"  # several counts: "3/5 trials"
+    each = f", {'/'.join(trials)} trial{plural} a point" if rows else ", no points"
+    return [f"{SCENARIOS[scenario]}{each}:", HEADING, *(point_line(r) for r in rows)]
+
+
+def chart_files(plots: Path) -> list[Path]:
+    """The run's charts, one file each (its interactive HTML, else its SVG or PNG), in the
+    order the run's charts are named, then any others."""
+    if not plots.is_dir():
+        return []
+    stems = [*RUN_CHARTS, *sorted({p.stem for p in plots.iterdir()} - set(RUN_CHARTS))]
+    found = []
+    for stem in stems:
+        for ext in ("html", "svg", "png"):
+            if (plots / f"{stem}.{ext}").is_file():
+                found.append(plots / f"{stem}.{ext}")
+                break
+    return found
+
+
+def _make(target: str, workdir: Path | None) -> str:
+    """The command that makes ``target`` of the workflow in ``workdir`` (None: here)."""
+    if workdir is None or workdir == Path.cwd().resolve():
+        return f"{MAKE} {target}"
+    return f"{MAKE} --directory {shown(workdir)} {target}"
+
+
+def file_lines(run: Run) -> list[str]:
+    """The run's CSVs, charts and report pages that exist; how to make the missing charts."""
+    lines = [
+        f"csv     {shown(run.path / name)}" for name in RUN_FILES if (run.path / name).is_file()
+    ]
+    charts = chart_files(run.path / "plots")
+    lines += [f"chart   {shown(p)}" for p in charts]
+    if not charts:
+        target = f"results/{run.name}/plots/{RUN_CHARTS[0]}.html"
+        if all((run.path / f"{s}.csv").is_file() for s in SCENARIOS):
+            lines.append(f"charts  none yet; make them with: {_make(target, run.workdir)}")
+        else:
+            lines.append("charts  none yet (they need offline.csv and online.csv)")
+    model, gpu = [*run.name.split("/"), ""][:2]
+    pages = sorted(run.workdir.glob(f"reports/*/{model}.html")) if run.workdir else []
+    lines += [f"report  {shown(p)}" for p in pages]
+    if run.workdir is not None and not pages:
+        # the shipped config's report set of the CPU runs is `cpu`; others are named there
+        page = f"reports/{'cpu' if gpu == 'cpu' else '<set>'}/{model}.html"
+        lines.append(
+            f"report  none yet; make it with: {_make(page, run.workdir)} "
+            f"(after every {model} run of the set)"
+        )
+    return lines
+
+
+def summary(path: Path) -> str:
+    """The summary of the run in ``path``, as printed."""
+    run = find_run(path)
+    parts: list[Sequence[str]] = [
+        [f"run {run.name} ({shown(run.path)})", *accuracy_lines(run.path)],
+        *(lines for s in SCENARIOS if (lines := scenario_lines(run.path, s))),
+        file_lines(run),
+    ]
+    return "\n\n".join("\n".join(lines) for lines in parts)
