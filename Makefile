@@ -18,8 +18,11 @@ DRIVER_VENV ?= .venv-driver
 driver:
 	VENV=$(DRIVER_VENV) bash envs/driver.sh
 
+# The default target at the demo's sizing (config/demo.yaml): the run, its charts and report
+# page (reports/targets/), then its summary.
 demo: setup
-	$(VENV)/bin/snakemake --profile profiles/local
+	$(VENV)/bin/snakemake --profile profiles/local --configfile config/demo.yaml
+	$(VENV)/bin/deploybench summary
 
 # The hash-pinned locks of the container images (envs/containers/<image>.lock) from their
 # requirements and images: settings in config/config.yaml (needs PyPI; deploybench/locks.py).
@@ -27,7 +30,7 @@ locks: setup
 	$(VENV)/bin/python -m deploybench.locks
 
 # envs/test-packages.sh: Debian packages for the tests (SLURM and munge for tests/test_slurm.py,
-# debootstrap for tests/test_image_rehearsal.py)
+# debootstrap for tests/test_image_rehearsal.py, chromium for tests/test_browser.py)
 test: setup lint
 	bash envs/test-packages.sh
 	$(VENV)/bin/pytest -ra --durations=25

@@ -22,10 +22,12 @@ include: "rules/report.smk"
 include: "rules/preflight.smk"
 
 
+# The runs under `targets`, their charts and a report page of them (reports/targets/).
 rule all:
     default_target: True
     input:
         target_results(),
+        target_reports(),
 
 
 # Every model in every format and precision that runs on the embedded CPU default.

@@ -4,8 +4,9 @@
 :mod:`deploybench.compare`). Exit status 0: no regression; 1: a regression; 2: a usage error
 (a path that is not there, nothing in common, a bad config or threshold).
 
-``deploybench summary RUN``: one run's accuracy verdict, points and files in a few lines (see
-:mod:`deploybench.summary`). Exit status 0, or 2 for a path that is not a run directory.
+``deploybench summary [RUN ...]``: each run's accuracy verdict, points and files in a few lines
+(see :mod:`deploybench.summary`); with none, the runs under `targets`. Exit status 0, or 2 for a
+path that is not a run directory.
 """
 
 from __future__ import annotations
@@ -54,7 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="A run directory in a few lines: the accuracy verdict, a row per measured "
         "point of each scenario, and the paths of its CSVs, charts and report pages.",
     )
-    summary.add_argument("run", type=Path, help="a run directory, e.g. results/tft/cpu/onnx/fp32")
+    summary.add_argument(
+        "run",
+        type=Path,
+        nargs="*",
+        help="run directories, e.g. results/tft/cpu/onnx/fp32; none: the runs under `targets` "
+        "in config/config.yaml (what `make demo` and a plain `snakemake` run)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "summary":
@@ -68,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_summary(args: argparse.Namespace) -> int:
     from .summary import summary
 
-    print(summary(args.run))
+    runs = args.run or [Path("results", target) for target in load_config(None)["targets"]]
+    print("\n\n".join(summary(run) for run in runs))
     return 0
 
 

@@ -492,8 +492,25 @@ def run_fields(path):
     return tuple(path.split("/"))
 
 
+# The report set of the runs under `targets`: the default target draws their charts and pages.
+TARGETS_REPORT = "targets"
+if TARGETS_REPORT in config["report"]["sets"]:
+    raise dbconfig.ConfigError(
+        f"report.sets: {TARGETS_REPORT!r} is the report set of the runs under `targets` "
+        "(the default target's pages); give the configured set another name"
+    )
+
+
 def runs_in_report(report_set, model):
-    """The runs of ``model`` on the GPUs of report set ``report_set``."""
+    """The runs of ``model`` on the GPUs of report set ``report_set`` (``targets``: the runs
+    of ``model`` under `targets`)."""
+    if report_set == TARGETS_REPORT:
+        runs = [r for r in config["targets"] if run_fields(r)[0] == model]
+        if not runs:
+            raise dbconfig.ConfigError(
+                f"model {model!r} has no run under `targets` (report set {TARGETS_REPORT!r})"
+            )
+        return runs
     sets = config["report"]["sets"]
     if report_set not in sets:
         raise dbconfig.ConfigError(
@@ -570,6 +587,17 @@ def report_spec(wildcards):
         },
         "options": config["report"]["plots"],
     }
+
+
+def target_reports():
+    """The charts of every run under `targets`, and the `targets` page of each of their models."""
+    charts = [
+        in_run(chart, _run_plan(*run_fields(run)))
+        for run in config["targets"]
+        for chart in plot_files("html")
+    ]
+    models = sorted({run_fields(run)[0] for run in config["targets"]})
+    return charts + [f"reports/{TARGETS_REPORT}/{model}.html" for model in models]
 
 
 def all_reports():
