@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from deploybench import cli, jobs, perf, progress, stats
 from deploybench.chart_names import RUN_CHARTS
 from deploybench.columns import CSV_COLUMNS
 from deploybench.summary import summary
+from tests.conftest import REPO
 
 RUN = "tft/cpu/onnx/fp32"
 
@@ -350,4 +352,15 @@ def test_summary_of_what_is_not_a_run_is_a_usage_error(run_dir, tmp_path, capsys
 
 def test_summary_command_prints_the_summary(run_dir, capsys):
     assert cli.main(["summary", f"results/{RUN}"]) == 0
+    assert capsys.readouterr().out == summary(Path("results", RUN)) + "\n"
+
+
+def test_summary_without_a_run_summarises_the_targets(run_dir, tmp_path, capsys):
+    """`make demo` ends with `deploybench summary`: the runs under `targets` of the workdir's
+    config/config.yaml."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert config["targets"] == [RUN]  # the shipped default target is the run made above
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    assert cli.main(["summary"]) == 0
     assert capsys.readouterr().out == summary(Path("results", RUN)) + "\n"

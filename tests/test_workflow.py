@@ -166,7 +166,8 @@ def test_online_only_change_reruns_only_online(workdir):
     )
     result = run_snakemake(workdir, "-n", "--configfile", overlay)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert planned_jobs(result) == {"online": 1, "all": 1}
+    # the default target's charts and report page read online.csv too
+    assert planned_jobs(result) == {"online": 1, "plots": 1, "model_report": 1, "all": 1}
 
 
 def test_new_checkpoint_reruns_export_and_downstream(copy_of):
@@ -184,6 +185,8 @@ def test_new_checkpoint_reruns_export_and_downstream(copy_of):
         "accuracy": 1,
         "offline": 1,
         "online": 1,
+        "plots": 1,
+        "model_report": 1,
         "all": 1,
     }
 
@@ -255,6 +258,24 @@ def test_bad_targets_fail_at_dag_time(fresh, target, message):
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     assert not (fresh / "results").exists()
+
+
+def test_default_target_draws_the_targets_charts_and_page(fresh):
+    """`snakemake` (and `make demo`) also draws the charts of the runs under `targets` and a
+    report page of them, reports/targets/<model>.html."""
+    result = run_snakemake(fresh, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = planned_jobs(result)
+    assert jobs["plots"] == 1 and jobs["model_report"] == 1 and jobs["online"] == 1
+    assert "reports/targets/tft.html" in result.stdout + result.stderr
+    overlay = write_overlay(
+        fresh, "sets.yaml", {"report": {"sets": {"targets": {"gpus": ["cpu"]}}}}
+    )
+    refused = run_snakemake(fresh, "-n", "--configfile", overlay)
+    assert refused.returncode != 0
+    assert "report.sets: 'targets' is the report set of the runs under `targets`" in (
+        refused.stdout + refused.stderr
+    )
 
 
 def test_hostile_wildcards_never_reach_a_job(fresh):
