@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import ConfigError
+
 PROTOCOLS = ("http", "grpc")
 SHARED_MEMORY = ("none", "system", "cuda")
 
@@ -34,7 +36,7 @@ class Transport:
             ("shared memory", self.shared_memory, SHARED_MEMORY),
         ):
             if value not in valid:
-                raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(valid)}")
+                raise ConfigError(f"unknown {what} {value!r}; valid choices: {', '.join(valid)}")
 
     @property
     def uses_system_shared_memory(self) -> bool:
