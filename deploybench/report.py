@@ -250,8 +250,22 @@ def trt_engines_text(engines: Mapping[str, Any]) -> str:
     return f"{ops} TRTEngineOp nodes, {built} with an engine ({engines.get('engines')} engines)"
 
 
-def configuration_table(provenance: dict[str, Any]) -> str:
-    """The seed pages' "Configuration" table, from a perf result's provenance."""
+def transport_text(frame: pd.DataFrame) -> str | None:
+    """How perf_analyzer reached Triton in a scenario, from its CSV rows (``protocol``,
+    ``shared_memory``; absent in a CSV written before them)."""
+    if frame.empty or "protocol" not in frame or "shared_memory" not in frame:
+        return None
+    protocol, shared = str(frame["protocol"].iloc[0]), str(frame["shared_memory"].iloc[0])
+    names = {"http": "HTTP", "grpc": "gRPC"}
+    memory = "no shared memory" if shared == "none" else f"{shared} shared memory"
+    return f"{names.get(protocol, protocol)}, {memory}"
+
+
+def configuration_table(
+    provenance: dict[str, Any], transports: Mapping[str, str | None] | None = None
+) -> str:
+    """The seed pages' "Configuration" table, from a perf result's provenance; ``transports``:
+    scenario → how perf_analyzer reached Triton (:func:`transport_text`)."""
     config = provenance["config"]
     measure = config.get("measure", {})
     rows = {
@@ -280,6 +294,12 @@ def configuration_table(provenance: dict[str, Any]) -> str:
     layout = describe_engines(config)
     if layout:  # trt, onnx-trt: one engine per batch size or one shared (deploybench.engines)
         rows["TensorRT engines"] = layout
+    for scenario, text in (transports or {}).items():
+        if text:  # as DLE's runner for the model (deploybench.transport)
+            rows[f"Transport, {scenario}"] = text
+    fallback = (config.get("transport") or {}).get("fallback")
+    if fallback:  # CUDA shared memory on a CPU device: the row differs from DLE's
+        rows["Transport differs"] = fallback
     lines = ["| Parameter | Value |", "|---|---|"]
     lines += [f"| {k} | {'' if v is None else v} |" for k, v in rows.items()]
     return "\n".join(lines)
@@ -321,7 +341,9 @@ def run_section(
     parts = [
         f"## {run_path}",
         "### Configuration",
-        configuration_table(provenance),
+        configuration_table(
+            provenance, {"offline": transport_text(offline), "online": transport_text(online)}
+        ),
         "### Plots",
         *[chart_image(p) for p in plots],
         "### Offline: static batching, concurrency 1",

@@ -398,3 +398,26 @@ def test_readme_table_is_the_command_line(config, tmp_path, monkeypatch):
         assert line[line.index("-i") + 1] == protocol, (model, scenario)
         given = line[line.index("--shared-memory") + 1] if "--shared-memory" in line else "none"
         assert given == shared_memory, (model, scenario)
+
+
+def test_report_configuration_table_says_the_transport_and_a_fallback():
+    """Each run's configuration table on its report page names how perf_analyzer reached
+    Triton per scenario (from the CSV rows) and, on a CPU nnU-Net run, why it differs."""
+    import pandas as pd
+
+    from deploybench.report import configuration_table, transport_text
+
+    offline = pd.DataFrame([{"protocol": "http", "shared_memory": "system"}])
+    online = pd.DataFrame([{"protocol": "grpc", "shared_memory": "none"}])
+    assert transport_text(offline) == "HTTP, system shared memory"
+    assert transport_text(online) == "gRPC, no shared memory"
+    assert transport_text(pd.DataFrame([{"batch": 1}])) is None  # a CSV from before
+    spec = dbplan.plan_run(validated(smoke_config()), "nnunet", "cpu", "ts-script", "fp32")
+    provenance = {"config": {"transport": spec.spec("offline")["transport"]}}
+    table = configuration_table(
+        provenance, {"offline": transport_text(offline), "online": transport_text(online)}
+    )
+    assert "| Transport, offline | HTTP, system shared memory |" in table
+    assert "| Transport, online | gRPC, no shared memory |" in table
+    assert "| Transport differs | nnunet/cpu/ts-script/fp32" in table
+    assert "measured with system shared memory instead |" in table
