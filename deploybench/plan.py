@@ -138,6 +138,8 @@ class ServingSpec(TypedDict):
     # beside the repository (deploybench.repository.tensorrt_engine_build); a per-batch
     # engine's (deploybench.engines.batch_serving) also has min_batch
     engine_build: NotRequired[dict[str, Any]]
+    # the python backend on a GPU (`gpus.<g>.serving: python`): the entry, named in its errors
+    entry: NotRequired[str]
 
 
 class RepositorySpec(TypedDict):
@@ -601,6 +603,8 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
     (a :class:`ConfigError` naming the value and the valid choices)."""
     run = resolve(config, model, gpu, fmt, precision)
     for image in sorted(set(run.settings["containers"].values())):
+        if container_free(run.gpu_settings):
+            break  # no image runs it
         check_gpu_runs_image(config, gpu, image)  # its GPU must be one its images can drive
     how = serving(run)
     conversion = conversion_of(run)
@@ -634,7 +638,7 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         artifact=str(run.format_settings["artifact"]),
         conversion=conversion,
         serving=frozen(how),
-        serves_export_inputs=run.device != "cpu" and run.export_format == "onnx",
+        serves_export_inputs=how["backend"] != "python" and run.export_format == "onnx",
         accelerator=str(run.format_settings.get("accelerator", "none")),
         triton=frozen(run.settings["triton"]),
         accuracy=frozen(run.settings["accuracy"]),
@@ -853,16 +857,34 @@ def _check_batches(settings: dict[str, Any], max_served: int, where: str) -> Non
         )
 
 
+def container_free(gpu_settings: Mapping[str, Any]) -> bool:
+    """Whether a `gpus.<gpu>` entry's runs are served without containers (`serving: python`):
+    the python backend of this venv's tritonserver, every job native, even under --sdm
+    apptainer."""
+    return gpu_settings.get("serving", "native") == "python"
+
+
 def serving(run: Run) -> ServingSpec:
-    """How the run is served: Triton backend, and the runtime inside it on CPU."""
-    if run.device == "cpu":
+    """How the run is served: Triton backend, and the runtime inside it on CPU or, with
+    `gpus.<gpu>.serving: python`, on the GPU (KIND_GPU instances; deploybench/triton_model.py)."""
+    if run.device == "cpu" or container_free(run.gpu_settings):
         runtime = run.format_settings.get("cpu_runtime")
         if not runtime:
+            where = "a CPU device" if run.device == "cpu" else "served by the python backend"
             raise ConfigError(
                 f"format {run.format!r} has no CPU runtime (formats.{run.format}.cpu_runtime): "
-                f"it cannot run on gpu {run.gpu!r}, a CPU device"
+                f"it cannot run on gpu {run.gpu!r}, {where}"
             )
-        return {"backend": "python", "runtime": str(runtime)}
+        if run.device == "cpu":
+            return {"backend": "python", "runtime": str(runtime)}
+        # the converter's served types (fp16 TorchScript's float16 I/O), as a native config's
+        types = SERVED_TYPES.get(str((run.format_settings.get("convert") or {}).get(run.precision)))
+        return {
+            "backend": "python",
+            "runtime": str(runtime),
+            "tensor_types": dict(types or {}),
+            "entry": run.gpu,
+        }
     backend = str(run.format_settings["backend"])
     if backend not in PLATFORMS:
         raise ConfigError(

@@ -116,10 +116,15 @@ def _reproducing_entries(config: dict[str, Any], published: pd.DataFrame) -> pd.
 
 
 def no_published_reason(config: dict[str, Any], run_path: str) -> str | None:
-    """Why nothing can have been published for a run, where its device says it: a CPU run."""
+    """Why nothing can have been published for a run, where its device says it: a CPU run, or
+    a GPU entry served by the python backend (`serving: python`: never the published
+    configuration, whose GPU rows name other entries and so never match it)."""
     gpu = run_path.split("/")[1]
-    if config["gpus"].get(gpu, {}).get("device") == "cpu":
+    settings = config["gpus"].get(gpu, {})
+    if settings.get("device") == "cpu":
         return "the seed pages measured GPUs only"
+    if settings.get("serving") == "python":
+        return "served by the python backend, not the published configuration"
     return None
 
 

@@ -6,6 +6,8 @@ On a GPU the artifact is served by Triton's native backend for its format (``pla
 TensorFlow) and CUDA graphs (TensorRT). On the embedded CPU default it is served by the python
 backend running the artifact with onnxruntime / TorchScript in-process (pytriton's tritonserver
 ships no other backend); the config's parameters say so, and so does every result's provenance.
+A GPU entry with ``serving: python`` is served the same way with ``KIND_GPU`` instances, the
+runtime on the instance's GPU (deploybench/triton_model.py), its tensors typed as served.
 The config is Triton's own ``ModelConfig`` protobuf, written as text (``triton_config``). How a
 run is served (backend, platform, accelerators) is decided by :func:`deploybench.plan.serving`;
 this module writes what it is given.
@@ -67,12 +69,18 @@ def model_config(
     (``serving['engine_build']``, onnx-trt) caches it in; required for one.
     """
     if serving["backend"] == "python":
+        # on a GPU (`gpus.<g>.serving: python`): the artifact's served types (fp16 TorchScript's
+        # float16), as the native config declares them, and the entry its errors name
+        served_types: dict[str, str] = serving.get("tensor_types") or {}
+        inputs = [_retyped(s, served_types) for s in inputs]
+        outputs = [_retyped(s, served_types) for s in outputs]
         served: dict[str, Any] = {
             "backend": serving["backend"],
             "parameters": {
                 "runtime": serving["runtime"],
                 "artifact": artifact_name,
                 "intra_op_threads": str(triton.get("intra_op_threads", 0)),
+                **({"entry": str(serving["entry"])} if serving.get("entry") else {}),
             },
         }
     else:

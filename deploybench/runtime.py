@@ -27,15 +27,40 @@ class Runner:
         raise NotImplementedError
 
 
+class CudaMissing(RuntimeError):
+    """A GPU instance (KIND_GPU) whose runtime cannot reach CUDA: names what is missing."""
+
+
+def instance_device(kind: str, device_id: str | int) -> str:
+    """The device of one Triton model instance, from the python backend's ``initialize`` args
+    ``model_instance_kind`` ("GPU", "CPU", ...) and ``model_instance_device_id``: ``cuda:<id>``
+    for a GPU instance, ``cpu`` otherwise."""
+    return f"cuda:{int(device_id)}" if str(kind).upper() in ("GPU", "KIND_GPU") else "cpu"
+
+
+def _device_index(device: str) -> int:
+    return int(device.partition(":")[2] or 0)
+
+
 class OnnxRuntimeRunner(Runner):
-    def __init__(self, path: Path, threads: int) -> None:
+    def __init__(self, path: Path, threads: int, device: str = "cpu", entry: str = "") -> None:
         import onnxruntime as ort  # imported here: only this runtime needs it
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads  # 0: onnxruntime picks (one per core)
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        providers: list[Any] = ["CPUExecutionProvider"]
+        if device != "cpu":
+            available = ort.get_available_providers()
+            if "CUDAExecutionProvider" not in available:
+                raise CudaMissing(
+                    f"{_on(entry)}a GPU instance ({device}) runs ONNX Runtime's "
+                    f"CUDAExecutionProvider, which this onnxruntime lacks (it has "
+                    f"{', '.join(available)}): install onnxruntime-gpu in place of onnxruntime"
+                )
+            providers = [("CUDAExecutionProvider", {"device_id": _device_index(device)})]
+        self.session = ort.InferenceSession(str(path), options, providers=providers)
         # ONNX export drops inputs the graph does not use; feed only what it declares.
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -48,24 +73,47 @@ class OnnxRuntimeRunner(Runner):
 
 
 class TorchScriptRunner(Runner):
+    """A TorchScript module on ``device`` (``cpu`` or ``cuda:<id>``): loaded there, each feed
+    moved there, each output brought back to the host as numpy."""
+
     def __init__(
-        self, path: Path, threads: int, input_names: Sequence[str], output_names: Sequence[str]
+        self,
+        path: Path,
+        threads: int,
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+        device: str = "cpu",
+        entry: str = "",
     ) -> None:
         import torch  # imported here: only this runtime needs it
 
+        if device != "cpu" and not torch.cuda.is_available():
+            raise CudaMissing(
+                f"{_on(entry)}a GPU instance ({device}) runs TorchScript on CUDA, but this "
+                f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is "
+                "false: a CPU-only torch wheel, no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides "
+                "the GPU)"
+            )
         if threads:
             torch.set_num_threads(threads)
         self.torch = torch
-        self.module = torch.jit.load(str(path), map_location="cpu").eval()
+        self.device = device
+        self.module = torch.jit.load(str(path), map_location=device).eval()
         self.input_names = list(input_names)  # positional, in the served order
         self.output_names = list(output_names)
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         torch = self.torch
         with torch.inference_mode():
-            out: Any = self.module(*(torch.from_numpy(feeds[n]) for n in self.input_names))
+            out: Any = self.module(
+                *(torch.from_numpy(feeds[n]).to(self.device) for n in self.input_names)
+            )
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        return [o.numpy() for o in outs]
+        return [o.cpu().numpy() for o in outs]
+
+
+def _on(entry: str) -> str:
+    return f"gpus.{entry} (serving: python): " if entry else ""
 
 
 class TensorFlowRunner(Runner):
@@ -127,11 +175,17 @@ def load_runner(
     input_names: Sequence[str],
     output_names: Sequence[str],
     threads: int = 0,
+    device: str = "cpu",
+    entry: str = "",
 ) -> Runner:
+    """The artifact's runner on ``device`` (``cpu``, or ``cuda:<id>``: TorchScript and ONNX
+    Runtime only); ``entry``: the `gpus` entry that serves it, named in its errors."""
     if runtime == "onnxruntime":
-        return OnnxRuntimeRunner(Path(path), threads)
+        return OnnxRuntimeRunner(Path(path), threads, device, entry)
     if runtime == "torchscript":
-        return TorchScriptRunner(Path(path), threads, input_names, output_names)
+        return TorchScriptRunner(Path(path), threads, input_names, output_names, device, entry)
+    if device != "cpu" and runtime in RUNTIMES:
+        raise ValueError(f"runtime {runtime!r} runs on the CPU only here, not on {device!r}")
     if runtime == "tensorflow":
         return TensorFlowRunner(Path(path), threads, input_names, output_names)
     raise ValueError(f"unknown runtime {runtime!r}; valid choices: {', '.join(RUNTIMES)}")

@@ -1,5 +1,10 @@
 """Triton python-backend model: runs the artifact beside it with onnxruntime or TorchScript.
 
+On the instance's device: the CPU (KIND_CPU, the embedded default) or, for a GPU entry served
+by the python backend (`gpus.<g>.serving: python`), the instance's GPU (KIND_GPU: TorchScript
+on ``cuda:<id>``, ONNX Runtime's CUDAExecutionProvider). Inputs reach this process in host
+memory (the backend's FORCE_CPU_ONLY_INPUT_TENSORS default) and outputs leave it as numpy.
+
 Copied into ``<repository>/<model>/1/model.py`` with ``runtime.py`` beside it. Requests that
 Triton's dynamic batcher hands over together are concatenated into one runtime call and split
 back, so batching works as it does with a native backend.
@@ -32,6 +37,11 @@ class TritonPythonModel:
         self.served_inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
         instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+        # the python backend names each instance's kind ("GPU" for KIND_GPU) and device id
+        # (python_backend README, "initialize": model_instance_kind, model_instance_device_id)
+        device = runtime.instance_device(
+            args.get("model_instance_kind", "CPU"), args.get("model_instance_device_id", "0")
+        )
         self.runner = runtime.load_runner(
             params["runtime"],
             version_dir / params["artifact"],
@@ -40,6 +50,8 @@ class TritonPythonModel:
             threads=runtime.threads_per_instance(
                 int(params.get("intra_op_threads", "0")), instances
             ),
+            device=device,
+            entry=params.get("entry", ""),
         )
 
     def execute(self, requests):

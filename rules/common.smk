@@ -47,7 +47,7 @@ if USE_APPTAINER:
 
 wildcard_constraints:
     model=r"[a-z0-9_]+",
-    gpu=r"[A-Za-z0-9_]+",
+    gpu=r"[A-Za-z0-9_-]+",
     format=r"[a-z0-9-]+",
     precision=r"[a-z0-9]+",
     export_format=r"[a-z0-9-]+",
@@ -169,11 +169,24 @@ def image_of(model, role):
     return model_plan(model).containers[role]
 
 
+def container_free(w):
+    """A job of a run on a `gpus` entry served without containers (`serving: python`): it runs
+    natively, in this venv, even under --sdm apptainer."""
+    gpu = dict(w.items()).get("gpu")
+    return gpu in config["gpus"] and dbplan.container_free(config["gpus"][gpu])
+
+
 def container_of(role):
-    """For `container:` — the image that runs this job (used with --sdm apptainer)."""
-    return lambda w: images.container_uri(
-        image_of(w.model, role), config["images"][image_of(w.model, role)]
-    )
+    """For `container:` — the image that runs this job (used with --sdm apptainer); None (no
+    container) for a job of a container-free run."""
+
+    def image(w):
+        if container_free(w):
+            return None
+        name = image_of(w.model, role)
+        return images.container_uri(name, config["images"][name])
+
+    return image
 
 
 def image_input(role):
@@ -182,7 +195,9 @@ def image_input(role):
 
     def inputs(w):
         name = image_of(w.model, role)
-        if not USE_APPTAINER or not images.is_built(config["images"][name]):
+        if not USE_APPTAINER or container_free(w):
+            return []
+        if not images.is_built(config["images"][name]):
             return []
         return [images.sif_path(name)]
 
@@ -251,6 +266,8 @@ def preflight_reports(wildcards):
     log_submissions(runs)
     for path in runs:
         plan = _run_plan(*run_fields(path))
+        if dbplan.container_free(config["gpus"][plan.gpu]):
+            continue  # no image serves it
         for image in model_plan(plan.model).containers.values():
             pairs.add((plan.gpu, image))
     return [PREFLIGHT.format(gpu=g, image=i) for g, i in sorted(pairs)]
@@ -263,6 +280,8 @@ def preflight_input(role):
         plan = plan_of(w)
         if not config.get("preflight", {}).get("required") or plan.device != "gpu":
             return []
+        if container_free(w):
+            return []  # the preflight checks images; this run uses none
         return [PREFLIGHT.format(gpu=plan.gpu, image=image_of(w.model, role))]
 
     return inputs
@@ -545,8 +564,13 @@ def report_runs(wildcards):
                     if plan.conversion is not None
                     else None
                 ),
+                # a search's section: on the pages of configured sets only (the default
+                # target's page would otherwise run the search)
                 "search": (
-                    search_files(plan) if path in config["search_targets"] else None
+                    search_files(plan)
+                    if path in config["search_targets"]
+                    and wildcards.report_set != TARGETS_REPORT
+                    else None
                 ),
             }
         )

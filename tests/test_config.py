@@ -60,7 +60,7 @@ def test_auto_online_grid_matches_published_tft_rows(config):
         (
             ("tft", "H100", "onnx", "fp32"),
             (
-                "unknown gpu 'H100'; valid choices: A100, A30, A40, B200, H100_PCIe, H100_SXM, "
+                "unknown gpu 'H100'; valid choices: A100, A30, A40, B200, H100-pip, H100_PCIe, H100_SXM, "
                 "H200, L4, L40S, T4, V100, cpu"
             ),
         ),

@@ -18,7 +18,7 @@ from deploybench import config as dbc
 from deploybench import jobs
 from deploybench.io import sha256_of
 from deploybench.models import load_family
-from deploybench.plan import serving
+from deploybench.plan import container_free, serving
 from deploybench.repository import model_config
 from deploybench.tensors import TensorSpec
 from deploybench.triton_client import served_feeds
@@ -105,7 +105,7 @@ def all_configs():
 
 def native_configs():
     for run in all_configs():
-        if run.device == "gpu":
+        if run.device == "gpu" and not container_free(run.gpu_settings):
             yield run
 
 
@@ -147,6 +147,9 @@ def test_every_config_round_trips_through_the_text_format():
         if run.device == "cpu":
             assert back.backend == "python" and not back.platform, run.path
             assert set(back.parameters) == {"runtime", "artifact", "intra_op_threads"}, run.path
+        elif container_free(run.gpu_settings):  # the python backend on the GPU (test_pip_gpu)
+            assert back.backend == "python" and not back.platform, run.path
+            assert back.parameters["entry"].string_value == run.gpu, run.path
         else:
             assert back.platform == PLATFORMS[run.format] and not back.backend, run.path
 
