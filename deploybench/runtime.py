@@ -27,7 +27,15 @@ class Runner:
         raise NotImplementedError
 
 
-class CudaMissing(RuntimeError):
+try:  # the package's one hierarchy; the copy served beside model.py is a module of its own
+    from .errors import DeploybenchError as _Error
+except ImportError:
+
+    class _Error(Exception):  # type: ignore[no-redef]
+        """The base of this module's errors where deploybench's is not importable."""
+
+
+class CudaMissing(_Error, RuntimeError):
     """A GPU instance (KIND_GPU) whose runtime cannot reach CUDA: names what is missing."""
 
 
