@@ -19,17 +19,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from deploybench import plan as dbplan
-from deploybench import repository as repo_mod
 from deploybench.accuracy import compare_outputs
 from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
 from deploybench.convert import SERVED_TYPES, torchscript_fp16
 from deploybench.export import export_model
 from deploybench.models import load_family
-from deploybench.triton_config import to_pbtxt
 from tests.conftest import (
     base_config,
     planned_jobs,
@@ -38,6 +35,7 @@ from tests.conftest import (
     validated,
     write_config,
 )
+from tests.test_pip_gpu import pbtxt
 
 DEVICE_CONSTANT = re.compile(r"Device = prim::Constant|prim::Constant\[value=\"(cpu|cuda)")
 
@@ -155,19 +153,8 @@ def test_fp16_torchscript_serves_float16_where_the_model_has_float32():
     BERT export: model.half(), int32 inputs)."""
     config = validated(base_config())
     run = dbplan.plan_run(config, "bert", "A30", "ts-trace", "fp16")
-    spec = run.spec("repository")
-    assert spec["serving"]["tensor_types"] == {"float32": "float16"}
-    family = load_family(spec["model"]["module"], spec["model"]["hparams"])
-    message = repo_mod.model_config(
-        name="bert",
-        serving=dict(spec["serving"]),
-        triton=spec["triton"],
-        device=spec["device"],
-        inputs=family.inputs,
-        outputs=family.outputs,
-        artifact_name=spec["artifact_name"],
-    )
-    parsed = text_format.Parse(to_pbtxt(message), model_config_pb2.ModelConfig())
+    assert run.spec("repository")["serving"]["tensor_types"] == {"float32": "float16"}
+    parsed = pbtxt("bert/A30/ts-trace/fp16")  # as the repository job writes it, parsed back
     types = {t.name: model_config_pb2.DataType.Name(t.data_type) for t in parsed.input}
     types |= {t.name: model_config_pb2.DataType.Name(t.data_type) for t in parsed.output}
     assert types == {
