@@ -225,29 +225,28 @@ def repository(
     inputs = artifact_inputs(family.inputs, Path(signature[0])) if signature else family.inputs
     engine_cache = engine_cache_dir(Path(repository))
     builds_engine = spec["serving"].get("engine_build") is not None
-    config = model_config(
-        name=spec["model_name"],
-        serving=dict(spec["serving"]),
-        triton=spec["triton"],
-        device=spec["device"],
-        inputs=inputs,
-        outputs=family.outputs,
-        artifact_name=spec["artifact_name"],
-        engine_cache=engine_cache if builds_engine else None,
-    )
+
+    def configured(name: str, how: Any, triton: Any, cache: Path | None) -> Any:
+        """The config of one model of the repository (engines: per_batch makes several)."""
+        return model_config(
+            name=name,
+            serving=dict(how),
+            triton=triton,
+            device=spec["device"],
+            inputs=inputs,
+            outputs=family.outputs,
+            artifact_name=spec["artifact_name"],
+            engine_cache=cache if builds_engine else None,
+        )
+
+    config = configured(spec["model_name"], spec["serving"], spec["triton"], engine_cache)
     more = [
         (
-            model_config(
-                name=entry["name"],
-                serving=dict(entry["serving"]),
-                triton=entry["triton"],
-                device=spec["device"],
-                inputs=inputs,
-                outputs=family.outputs,
-                artifact_name=spec["artifact_name"],
-                engine_cache=batch_engine_cache(engine_cache, entry["name"])
-                if builds_engine
-                else None,
+            configured(
+                entry["name"],
+                entry["serving"],
+                entry["triton"],
+                batch_engine_cache(engine_cache, entry["name"]),
             ),
             Path(batch_artifacts[k] if batch_artifacts else artifact),
         )
