@@ -3,7 +3,17 @@
 On the instance's device: the CPU (KIND_CPU, the embedded default) or, for a GPU entry served
 by the python backend (`gpus.<g>.serving: python`), the instance's GPU (KIND_GPU: TorchScript
 on ``cuda:<id>``, ONNX Runtime's CUDAExecutionProvider). Inputs reach this process in host
-memory (the backend's FORCE_CPU_ONLY_INPUT_TENSORS default) and outputs leave it as numpy.
+memory (the backend's FORCE_CPU_ONLY_INPUT_TENSORS default) and outputs leave it from host
+memory.
+
+Under NumPy 2, tensors cross the stub's boundary by DLPack: pytriton 0.7.0's python backend
+(Triton 2.51, python_backend r24.10) is built with pybind11 2.10, which reads NumPy 1's dtype
+layout (NumPy 2 support came in pybind11 2.12, taken by python_backend in r25.01, commit
+09c3537). With NumPy 2, as in a CUDA 13 PyTorch image, ``Tensor(name, array)`` gives every
+output 0 bytes and ``as_numpy()`` gives inputs wrong values (both seen here with NumPy 2.2,
+tests/test_numpy2_stub.py); ``FromDLPack`` sizes a tensor from its own shape and dtype bits. Under NumPy 1 the arrays cross as they always did: NumPy 1's DLPack
+capsule destructor rejects the name the backend gives a used capsule ("used_dlpack") and the
+stub stops answering.
 
 Copied into ``<repository>/<model>/1/model.py`` with ``runtime.py`` beside it. Requests that
 Triton's dynamic batcher hands over together are concatenated into one runtime call and split
@@ -59,7 +69,7 @@ class TritonPythonModel:
             feeds = {}
             sizes = None
             for name in self.runner.input_names:
-                parts = [pb_utils.get_input_tensor_by_name(r, name).as_numpy() for r in requests]
+                parts = [_host_array(pb_utils.get_input_tensor_by_name(r, name)) for r in requests]
                 sizes = [p.shape[0] for p in parts]
                 feeds[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
             # The runner returns the artifact's output order (an ONNX session's own); answer
@@ -73,9 +83,21 @@ class TritonPythonModel:
         return [
             pb_utils.InferenceResponse(
                 output_tensors=[
-                    pb_utils.Tensor(name, np.ascontiguousarray(out[lo:hi]))
-                    for name, out in zip(self.outputs, outputs)
+                    _output_tensor(name, out[lo:hi]) for name, out in zip(self.outputs, outputs)
                 ]
             )
             for lo, hi in itertools.pairwise(bounds)
         ]
+
+
+_NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
+
+
+def _host_array(tensor):
+    return np.from_dlpack(tensor) if _NUMPY_2 else tensor.as_numpy()
+
+
+def _output_tensor(name, array):
+    # C order is all FromDLPack takes (and what the classic path copies to anyway)
+    array = np.ascontiguousarray(array)
+    return pb_utils.Tensor.from_dlpack(name, array) if _NUMPY_2 else pb_utils.Tensor(name, array)

@@ -1,0 +1,74 @@
+"""The python-backend model answers when its stub's Python has NumPy 2, as a GPU image's has.
+
+pytriton 0.7.0's python backend is built with pybind11 2.10, which misreads NumPy 2's dtypes:
+on a lent H100 (NumPy 2.5) every answer came back with 0 output bytes
+(benchmarks/gpu/results/2026-11-26-H100_SXM/triton-python-gpu/). The same failure shows on
+this CPU when the stub imports NumPy 2, so it is tested here: a venv whose own NumPy is 2.x,
+the workflow's venv behind it (a ``.pth``), runs ``benchmarks/gpu/triton_python_gpu.py`` on the
+CPU entry. The stub takes its packages from the venv of the ``python3`` first on ``PATH``
+(``tools.server_environment``), not from ``PYTHONPATH``, hence a venv.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+NUMPY_2 = "numpy==2.2.6"
+
+
+@pytest.fixture(scope="module")
+def numpy2_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python whose NumPy is 2.x and whose other packages are the workflow venv's."""
+    venv = tmp_path_factory.mktemp("numpy2") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = venv / "lib" / version / "site-packages"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
+    # after its own site-packages: its NumPy wins, everything else is the workflow's
+    (site / "zz_workflow.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin" / "python"
+
+
+def test_the_served_model_answers_correctly_under_numpy_2(numpy2_python, tmp_path):
+    probe = subprocess.run(
+        [str(numpy2_python), "-c", "import numpy, torch; print(numpy.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.startswith("2."), probe.stdout
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [
+            str(numpy2_python),
+            "benchmarks/gpu/triton_python_gpu.py",
+            "--out",
+            str(out),
+            "--gpu",
+            "cpu",
+            "--precisions",
+            "fp32",
+            "--requests",
+            "3",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = json.loads((out / "triton_python_gpu.json").read_text())
+    assert [r["precision"] for r in results] == ["fp32"]  # the cpu entry has no fp16
+    (result,) = results
+    assert result["passed"], result
+    assert result["accuracy"] and all(o["passed"] for o in result["accuracy"]), result
