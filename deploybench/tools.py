@@ -3,7 +3,9 @@
 On the embedded default, ``tritonserver`` and its python backend come from the ``nvidia-pytriton``
 wheel and ``perf_analyzer`` from ``tritonclient==2.41.0``'s manylinux wheel (installed into
 ``<venv>/perf-analyzer``). In an NGC container both are on ``PATH``. ``DEPLOYBENCH_TRITONSERVER``
-and ``DEPLOYBENCH_PERF_ANALYZER`` override either.
+and ``DEPLOYBENCH_PERF_ANALYZER`` override either; ``DEPLOYBENCH_TRITON_ROOT`` names a folder laid
+out as pytriton's ``tritonserver`` (``bin/``, ``backends/``, ``python_backend_stubs/``) without
+the pytriton package (the GPU kit's, benchmarks/gpu/kit/).
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ from .errors import ToolNotFound
 
 
 def _pytriton_root() -> Path | None:
+    unpacked = os.environ.get("DEPLOYBENCH_TRITON_ROOT")
+    if unpacked:
+        root = Path(unpacked)
+        if not (root / "bin" / "tritonserver").is_file():
+            raise ToolNotFound(
+                f"DEPLOYBENCH_TRITON_ROOT={unpacked}: no bin/tritonserver there (expected "
+                "pytriton's tritonserver folder: bin/, backends/, python_backend_stubs/)"
+            )
+        return root
     try:
         import pytriton  # optional: absent in NGC containers
     except ImportError:
@@ -94,9 +105,14 @@ def perf_analyzer_binary() -> Path:
 
 
 def perf_analyzer_environment() -> dict[str, str]:
-    """perf_analyzer links libcudart.so.12 even without a GPU: the PyPI CUDA runtime has it."""
+    """perf_analyzer links libcudart.so.12 (even without a GPU) and libb64.so.0d: the PyPI CUDA
+    runtime has the first, Debian the second; a ``lib/`` beside its ``bin/`` (the GPU kit's)
+    has both."""
     env = dict(os.environ)
     extra = []
+    beside = perf_analyzer_binary().parent.parent / "lib"
+    if (beside / "libcudart.so.12").exists():
+        extra.append(str(beside))
     try:
         import nvidia.cuda_runtime  # optional: only the CPU venv has it
 

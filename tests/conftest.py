@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,24 @@ def copy_of(smoke_run: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "copy"
     shutil.copytree(smoke_run, copy, symlinks=True)
     return copy
+
+
+# NumPy 2, as a GPU image has (the device tool's KINDS.md: numpy 2.5); this venv keeps NumPy 1
+# (nvidia-pytriton pins numpy<2).
+NUMPY_2 = "numpy==2.2.6"
+
+
+@pytest.fixture(scope="session")
+def numpy2_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python whose NumPy is 2.x and whose other packages are this venv's: a venv holding only
+    NumPy, with this venv's site-packages behind it (a ``.pth``). Its own venv, not
+    ``PYTHONPATH``, because Triton's python-backend stub takes the packages of the venv of the
+    ``python3`` first on ``PATH`` and ignores ``PYTHONPATH`` (seen here)."""
+    venv = tmp_path_factory.mktemp("numpy2") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = venv / "lib" / version / "site-packages"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
+    (site / "zz_workflow.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin" / "python"

@@ -5,37 +5,15 @@ on a lent H100 (NumPy 2.5) every answer came back with 0 output bytes
 (benchmarks/gpu/results/2026-11-26-H100_SXM/triton-python-gpu/). The same failure shows on
 this CPU when the stub imports NumPy 2, so it is tested here: a venv whose own NumPy is 2.x,
 the workflow's venv behind it (a ``.pth``), runs ``benchmarks/gpu/triton_python_gpu.py`` on the
-CPU entry. The stub takes its packages from the venv of the ``python3`` first on ``PATH``
-(``tools.server_environment``), not from ``PYTHONPATH``, hence a venv.
+CPU entry (the ``numpy2_python`` fixture).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import sysconfig
-from pathlib import Path
-
-import pytest
 
 from tests.conftest import REPO
-
-NUMPY_2 = "numpy==2.2.6"
-
-
-@pytest.fixture(scope="module")
-def numpy2_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Python whose NumPy is 2.x and whose other packages are the workflow venv's."""
-    venv = tmp_path_factory.mktemp("numpy2") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    site = venv / "lib" / version / "site-packages"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
-    # after its own site-packages: its NumPy wins, everything else is the workflow's
-    (site / "zz_workflow.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return venv / "bin" / "python"
 
 
 def test_the_served_model_answers_correctly_under_numpy_2(numpy2_python, tmp_path):

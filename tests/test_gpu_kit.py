@@ -1,0 +1,180 @@
+"""benchmarks/gpu/kit: the GPU kit, built and run here as far as a machine without a GPU allows.
+
+The kit is what one call on a lent GPU machine needs (benchmarks/gpu/README.md, "The kit"). Here:
+the device's kit (Python 3.12, with the in-process extras) is built and must fit one call, with
+the server, perf_analyzer and packages in place; a kit for this Python is built, unpacked into a
+clean folder by the device command, which runs the CPU entry end to end from a copy of the
+tree, under NumPy 2 as on the GPU image, with the kit's tritonserver, perf_analyzer and
+Snakemake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO
+
+BUNDLE = REPO / "benchmarks" / "gpu" / "kit" / "bundle.py"
+THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def build_kit(out: Path, *args: str) -> dict:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BUNDLE),
+            "--out",
+            str(out),
+            "--build",
+            str(out.parent / "build"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    summary = json.loads(result.stdout[: result.stdout.index("\n}\n") + 2])
+    assert "command: bash benchmarks/gpu/kit/run.sh" in result.stdout
+    return summary
+
+
+@pytest.fixture(scope="module")
+def device_kit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("device-kit") / "kit"
+    return build_kit(out), out
+
+
+@pytest.fixture(scope="module")
+def local_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("local-kit") / "kit"
+    build_kit(out, "--python", THIS_PYTHON, "--no-in-process", "--gpu", "cpu")
+    return out / "kit.tar.xz"
+
+
+def test_the_device_kit_fits_one_call_with_the_tree(device_kit):
+    summary, out = device_kit
+    assert summary["fits"]
+    assert summary["call_bytes"] <= summary["call_limit_bytes"] == 64 * 1024 * 1024
+    assert summary["kit_bytes"] == sum(p.stat().st_size for p in out.iterdir())
+    assert summary["command"] == "bash benchmarks/gpu/kit/run.sh H100-pip"
+
+
+def test_the_device_kit_holds_the_server_perf_analyzer_and_packages(device_kit):
+    _, out = device_kit
+    manifest = json.loads((out / "kit.json").read_text())
+    assert manifest["python"] == "3.12" and manifest["in_process"]
+    with tarfile.open(out / "kit.tar.xz") as archive:
+        members = {m.name.removeprefix("./"): m for m in archive.getmembers()}
+    names = set(members)
+    server = "pytriton/tritonserver/"
+    assert f"{server}bin/tritonserver" in names
+    assert f"{server}backends/python/libtriton_python.so" in names
+    assert f"{server}python_backend_stubs/3.12/triton_python_backend_stub" in names
+    # one Python's stub, and no pytriton package (it cannot be imported there)
+    assert not any(n.startswith(f"{server}python_backend_stubs/3.11") for n in names)
+    assert "pytriton/__init__.py" not in names
+    assert members["perf-analyzer/bin/perf_analyzer"].mode & 0o111
+    for link in ("libcudart.so.12", "libb64.so.0d"):
+        member = members[f"perf-analyzer/lib/{link}"]
+        assert member.issym()
+        target = os.path.normpath(f"perf-analyzer/lib/{member.linkname}")
+        assert target in names, (link, target)
+    packages = {n.split("/")[1] for n in names if n.startswith("site/")}
+    for package in ("snakemake", "jsonschema", "tritonclient", "gevent", "transformers", "monai"):
+        assert package in packages, package
+    assert any(
+        n.startswith("site/rpds/") and n.endswith("cpython-312-x86_64-linux-gnu.so") for n in names
+    )
+    # the versions the CPU default runs
+    from importlib.metadata import version
+
+    assert f"snakemake=={version('snakemake')}" in manifest["packages"]
+
+
+def working_tree_copy(dest: Path) -> Path:
+    """What a device call receives: tracked files and untracked ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
+    for name in filter(None, listed.split(b"\0")):
+        source = REPO / os.fsdecode(name)
+        if source.is_file():
+            target = dest / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return dest
+
+
+def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, numpy2_python, tmp_path):
+    tree = working_tree_copy(tmp_path / "tree")
+    out, kit_dir = tmp_path / "out", tmp_path / "unpacked"
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "PYTHON": str(numpy2_python),
+        "KIT_ARCHIVE": str(local_kit),
+        "KIT_DIR": str(kit_dir),
+        "KIT_CONFIGFILES": "config/smoke.yaml",
+    }
+    for name in ("DEPLOYBENCH_TRITONSERVER", "DEPLOYBENCH_PERF_ANALYZER", "PYTHONPATH"):
+        env.pop(name, None)
+    run = subprocess.run(
+        ["bash", "benchmarks/gpu/kit/run.sh", "cpu", "fp32"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-5000:]
+    assert {p.name for p in out.iterdir()} == {
+        "run.log", "kit.json", "nvidia-smi.txt", "environment.json", "summary.txt", "results.tar.gz"
+    }  # fmt: skip
+    environment = json.loads((out / "environment.json").read_text())
+    # the kit's server and perf_analyzer, under NumPy 2 as on the GPU image
+    assert environment["numpy"].startswith("2.")
+    assert environment["tritonserver"] == str(kit_dir / "pytriton/tritonserver/bin/tritonserver")
+    assert environment["perf_analyzer_rc"] == 0
+    assert "2.41.0" in environment["perf_analyzer_version"]
+    run_dir = "results/tft/cpu/ts-trace/fp32"
+    with tarfile.open(out / "results.tar.gz") as archive:
+        names = set(archive.getnames())
+        for csv in ("accuracy", "offline", "online"):
+            assert f"{run_dir}/{csv}.csv" in names and f"{run_dir}/{csv}.provenance.json" in names
+        assert not any(n.endswith(".pt") for n in names)  # artifacts stay behind
+        archive.extractall(tmp_path / "back", filter="data")
+    back = tmp_path / "back" / run_dir
+    assert pd.read_csv(back / "accuracy.csv")["passed"].all()
+    offline, online = pd.read_csv(back / "offline.csv"), pd.read_csv(back / "online.csv")
+    assert len(offline) == 2 and len(online) == 1  # the smoke sizing's points
+    assert (offline["throughput"] > 0).all()
+    summary = (out / "summary.txt").read_text()
+    assert "accuracy: passed" in summary and "offline" in summary and "online" in summary
+
+
+def test_a_triton_root_without_a_server_is_refused_naming_it(tmp_path, monkeypatch):
+    from deploybench import tools
+    from deploybench.errors import ToolNotFound
+
+    monkeypatch.setenv("DEPLOYBENCH_TRITON_ROOT", str(tmp_path))
+    monkeypatch.delenv("DEPLOYBENCH_TRITONSERVER", raising=False)
+    with pytest.raises(
+        ToolNotFound, match=f"DEPLOYBENCH_TRITON_ROOT={tmp_path}: no bin/tritonserver"
+    ):
+        tools.tritonserver_binary()
