@@ -20,10 +20,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from tests.conftest import REPO
+from deploybench import plan as dbplan
+from deploybench.config import deep_merge
+from tests.conftest import REPO, base_config, planned_jobs, run_snakemake, validated, write_config
 
 BUNDLE = REPO / "benchmarks" / "gpu" / "kit" / "bundle.py"
+KIT_CONFIG = REPO / "benchmarks" / "gpu" / "kit" / "kit.yaml"
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -178,3 +182,38 @@ def test_a_triton_root_without_a_server_is_refused_naming_it(tmp_path, monkeypat
         ToolNotFound, match=f"DEPLOYBENCH_TRITON_ROOT={tmp_path}: no bin/tritonserver"
     ):
         tools.tritonserver_binary()
+
+
+def kit_config() -> dict:
+    return validated(deep_merge(base_config(), yaml.safe_load(KIT_CONFIG.read_text())))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_the_kit_sizing_measures_a_subset_of_the_published_points(precision):
+    run = dbplan.resolve(kit_config(), "tft", "H100-pip", "ts-trace", precision)
+    # the published serving configuration, unchanged
+    assert run.settings["triton"]["max_batch_size"] == 1024
+    assert run.settings["triton"]["model_instances"] == 2
+    assert [p["batch"] for p in dbplan.offline_points(run)] == [1, 16, 256, 1024]
+    assert dbplan.online_points(run) == [{"batch": 16, "concurrency": c} for c in (8, 64, 256)]
+    assert run.settings["perf"]["trials"] == 2
+
+
+def test_the_kit_runs_plan_without_images(tmp_path):
+    write_config(tmp_path, kit_config())
+    targets = [
+        f"results/tft/H100-pip/ts-trace/{p}/{f}.csv"
+        for p in ("fp32", "fp16")
+        for f in ("accuracy", "offline", "online")
+    ]
+    result = run_snakemake(tmp_path, "-n", "--scheduler", "greedy", *targets, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert planned_jobs(result) == {
+        "prepare_checkpoint": 1,
+        "export": 1,
+        "convert": 1,  # fp16 from the checkpoint, on the GPU
+        "repository": 2,
+        "accuracy": 2,
+        "offline": 2,
+        "online": 2,
+    }
