@@ -148,7 +148,8 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, numpy2_pyth
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
     assert {p.name for p in out.iterdir()} == {
-        "run.log", "kit.json", "nvidia-smi.txt", "environment.json", "summary.txt", "results.tar.gz"
+        "run.log", "kit.json", "nvidia-smi.txt", "environment.json", "summary.txt",
+        "beside_published.md", "results.tar.gz",
     }  # fmt: skip
     environment = json.loads((out / "environment.json").read_text())
     # the kit's server and perf_analyzer, under NumPy 2 as on the GPU image
@@ -168,6 +169,9 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, numpy2_pyth
     offline, online = pd.read_csv(back / "offline.csv"), pd.read_csv(back / "online.csv")
     assert len(offline) == 2 and len(online) == 1  # the smoke sizing's points
     assert (offline["throughput"] > 0).all()
+    # the smoke run's offline batch 1 beside the published A100 ts-trace row (205 infer/s)
+    beside = (out / "beside_published.md").read_text()
+    assert "| offline | 1 | 1 | 205.0, 5.3 |" in beside, beside
     summary = (out / "summary.txt").read_text()
     assert "accuracy: passed" in summary and "offline" in summary and "online" in summary
 

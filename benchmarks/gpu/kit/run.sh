@@ -14,6 +14,8 @@
 #   KIT_CONFIGFILES   more config files layered after benchmarks/gpu/kit/kit.yaml
 #   KIT_IN_PROCESS    1: run benchmarks/gpu/torchscript_on_gpu.py too (default: 1 unless GPU=cpu)
 #   KIT_DEADLINE_S    seconds the workflow may take (default 400), KIT_IN_PROCESS_S (120)
+# $OUT gets run.log, kit.json, nvidia-smi.txt, environment.json, summary.txt,
+# beside_published.md (the rows beside the published A100 ts-trace rows) and results.tar.gz.
 # The CPU entry rehearses the same command here: `bash benchmarks/gpu/kit/run.sh cpu fp32`
 # (tests/test_gpu_kit.py). Exit status: the workflow's (0 when every target was made).
 set -uo pipefail
@@ -101,6 +103,9 @@ RUNS=()
 for p in "${PRECISIONS[@]}"; do RUNS+=("results/tft/$GPU/ts-trace/$p"); done
 "$PYTHON" -m deploybench summary "${RUNS[@]}" > "$OUT/summary.txt" 2>&1
 cat "$OUT/summary.txt"
+"$PYTHON" benchmarks/gpu/kit/beside_published.py . --gpu "$GPU" --precisions "${PRECISIONS[@]}" \
+    > "$OUT/beside_published.md" 2>&1
+cat "$OUT/beside_published.md"
 
 # 4. in process: fp16 TorchScript of the other models on the GPU (no Triton)
 IN_PROCESS=()

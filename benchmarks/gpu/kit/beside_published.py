@@ -1,0 +1,101 @@
+"""The kit's TFT rows beside the published A100 ``ts-trace`` rows, as a Markdown table.
+
+    python benchmarks/gpu/kit/beside_published.py RESULTS [--gpu H100-pip] [--published-gpu A100]
+
+``RESULTS`` is the folder that holds ``results/`` (the kit's ``results.tar.gz`` unpacked). For
+each scenario and point the kit measured, one line: the published row at the same batch and
+concurrency (DLE's A100 "FP16" rows, which ran fp32 weights: ``models.tft.published_ran``), then
+each precision the kit ran, throughput ± its 95 % interval and p99. Points the kit measured that
+the page did not publish show "—". What differs (GPU, the python backend, no NGC image, the
+kit's sizing) is said under the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[3]
+PUBLISHED = REPO / "config" / "reference" / "published.csv"
+SCENARIOS = ("offline", "online")
+
+
+def measured(results: Path, gpu: str, precision: str, scenario: str) -> pd.DataFrame | None:
+    path = results / "results" / "tft" / gpu / "ts-trace" / precision / f"{scenario}.csv"
+    return pd.read_csv(path) if path.exists() else None
+
+
+def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) -> str:
+    published = pd.read_csv(PUBLISHED)
+    published = published[
+        (published["model"] == "tft")
+        & (published["gpu"] == published_gpu)
+        & (published["format"] == "ts-trace")
+    ]
+    header = ["scenario", "batch", "concurrency", f"{published_gpu} published: infer/s, p99 ms"]
+    header += [f"{gpu} {p}: infer/s ± 95 %, p99 ms" for p in precisions]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for scenario in SCENARIOS:
+        runs = {p: measured(results, gpu, p, scenario) for p in precisions}
+        points = sorted(
+            {
+                (int(r.batch), int(r.concurrency))
+                for frame in runs.values()
+                if frame is not None
+                for r in frame.itertuples()
+            }
+        )
+        for batch, concurrency in points:
+            row = published[
+                (published["scenario"] == scenario)
+                & (published["batch"] == batch)
+                & (published["concurrency"] == concurrency)
+            ]
+            cells = [scenario, str(batch), str(concurrency)]
+            cells.append(
+                f"{row.iloc[0].throughput:.1f}, {row.iloc[0].p99_latency_ms:.1f}"
+                if len(row)
+                else "—"
+            )
+            for precision in precisions:
+                frame = runs[precision]
+                hit = (
+                    frame[(frame["batch"] == batch) & (frame["concurrency"] == concurrency)]
+                    if frame is not None
+                    else frame
+                )
+                if hit is None or hit.empty:
+                    cells.append("—")
+                    continue
+                point = hit.iloc[0]
+                cells.append(
+                    f"{point.throughput:.1f} ± {point.throughput_ci95:.1f}, {point.p99_latency_ms:.2f}"
+                    + ("" if point.stable else " (unstable)")
+                )
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        f"{published_gpu}: DLE's published `ts-trace` rows (labelled FP16, ran fp32 weights; the NGC "
+        f"images the seed page names, native `pytorch_libtorch` backend). {gpu}: this "
+        "workflow's kit, served by pytriton's Triton 2.51 python backend (a "
+        "host-memory hop per request), no NGC image, the kit's sizing (2 trials a point)."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path, help="the folder holding results/")
+    parser.add_argument("--gpu", default="H100-pip")
+    parser.add_argument("--published-gpu", default="A100")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16"])
+    args = parser.parse_args(argv)
+    print(table(args.results, args.gpu, args.published_gpu, args.precisions))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
