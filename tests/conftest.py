@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from tests.dle_fixtures import tft_reference_checkpoint, write_tft_train_checkpoint
 
@@ -197,4 +199,65 @@ def numpy2_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
     (site / "zz_workflow.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin" / "python"
+
+
+DEVICE_IMAGE = REPO / "benchmarks" / "gpu" / "kit" / "device-image.txt"
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@pytest.fixture(scope="session")
+def device_image_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for a lent GPU machine's Python: a venv holding only the distributions its
+    image has (``device-image.txt``, from the device tool's KINDS.md) that this venv also has,
+    with what this venv's versions of them require, linked from this venv, and NumPy 2 as the
+    image has. No Snakemake, jsonschema, tritonclient,
+    pytriton or CUDA 12 runtime: what the GPU kit forgets to carry is missing here too."""
+    venv = tmp_path_factory.mktemp("device-image") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = venv / "lib" / version / "site-packages"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
+    image = {
+        _normal(line.split("#", 1)[0].strip())
+        for line in DEVICE_IMAGE.read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    } - {"numpy"}
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    # each top-level entry of this venv's site-packages and the distributions owning it
+    owners: dict[str, set[str]] = {}
+    files: dict[str, list[Path]] = {}
+    requires: dict[str, list[str]] = {}
+    for dist in importlib.metadata.distributions(path=[str(purelib)]):
+        name = _normal(dist.metadata["Name"])
+        entries = [Path(f) for f in dist.files or [] if not str(f).startswith("..")]
+        files[name] = entries
+        requires[name] = dist.requires or []
+        for entry in entries:
+            owners.setdefault(entry.parts[0], set()).add(name)
+    # with what this venv's versions of them require (the image's own versions have theirs)
+    wanted, todo = image & set(files), list(image & set(files))
+    while todo:
+        for requirement in map(Requirement, requires.get(todo.pop(), [])):
+            needed = _normal(requirement.name)
+            marker = requirement.marker
+            applies = marker is None or marker.evaluate({"extra": ""})
+            if applies and needed in files and needed not in wanted:
+                wanted.add(needed)
+                todo.append(needed)
+    for name in sorted(wanted):
+        for entry in files[name]:
+            top = entry.parts[0]
+            # a folder other distributions share (a namespace such as google/): its own parts
+            depth = 1 if owners[top] <= wanted else 2
+            if len(entry.parts) < depth:
+                continue
+            link = site.joinpath(*entry.parts[:depth])
+            if not link.exists() and not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(purelib.joinpath(*entry.parts[:depth]))
     return venv / "bin" / "python"

@@ -4,8 +4,8 @@ The kit is what one call on a lent GPU machine needs (benchmarks/gpu/README.md, 
 the device's kit (Python 3.12, with the in-process extras) is built and must fit one call, with
 the server, perf_analyzer and packages in place; a kit for this Python is built, unpacked into a
 clean folder by the device command, which runs the CPU entry end to end from a copy of the
-tree, under NumPy 2 as on the GPU image, with the kit's tritonserver, perf_analyzer and
-Snakemake.
+tree with the kit's tritonserver, perf_analyzer and Snakemake, on a stand-in for the GPU image's
+Python: only the distributions the image has (``device_image_python``), NumPy 2 among them.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def device_kit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
 @pytest.fixture(scope="module")
 def local_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("local-kit") / "kit"
-    build_kit(out, "--python", THIS_PYTHON, "--no-in-process", "--gpu", "cpu")
+    build_kit(out, "--python", THIS_PYTHON, "--gpu", "cpu")
     return out / "kit.tar.xz"
 
 
@@ -123,16 +123,20 @@ def working_tree_copy(dest: Path) -> Path:
     return dest
 
 
-def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, numpy2_python, tmp_path):
+def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_image_python, tmp_path):
     tree = working_tree_copy(tmp_path / "tree")
     out, kit_dir = tmp_path / "out", tmp_path / "unpacked"
     env = {
         **os.environ,
         "OUT": str(out),
-        "PYTHON": str(numpy2_python),
+        "PYTHON": str(device_image_python),
         "KIT_ARCHIVE": str(local_kit),
         "KIT_DIR": str(kit_dir),
         "KIT_CONFIGFILES": "config/smoke.yaml",
+        # the in-process checks as on a GPU, on the CPU at smoke size
+        "KIT_IN_PROCESS": "1",
+        # (not nnU-Net: its fp16 3-D convolutions take minutes on a CPU even at smoke size)
+        "KIT_IN_PROCESS_ARGS": "--device cpu --configfile config/smoke.yaml --models fastpitch bert",
     }
     for name in ("DEPLOYBENCH_TRITONSERVER", "DEPLOYBENCH_PERF_ANALYZER", "PYTHONPATH"):
         env.pop(name, None)
@@ -163,6 +167,7 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, numpy2_pyth
         for csv in ("accuracy", "offline", "online"):
             assert f"{run_dir}/{csv}.csv" in names and f"{run_dir}/{csv}.provenance.json" in names
         assert not any(n.endswith(".pt") for n in names)  # artifacts stay behind
+        assert "results/kit-in-process/torchscript_on_gpu.csv" in names
         archive.extractall(tmp_path / "back", filter="data")
     back = tmp_path / "back" / run_dir
     assert pd.read_csv(back / "accuracy.csv")["passed"].all()
@@ -172,6 +177,9 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, numpy2_pyth
     # the smoke run's offline batch 1 beside the published A100 ts-trace row (205 infer/s)
     beside = (out / "beside_published.md").read_text()
     assert "| offline | 1 | 1 | 205.0, 5.3 |" in beside, beside
+    in_process = pd.read_csv(tmp_path / "back" / "results/kit-in-process/torchscript_on_gpu.csv")
+    assert set(in_process["model"]) == {"fastpitch", "bert"}, in_process
+    assert in_process["error"].isna().all(), in_process
     summary = (out / "summary.txt").read_text()
     assert "accuracy: passed" in summary and "offline" in summary and "online" in summary
 

@@ -296,6 +296,14 @@ def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_tables(out: Path, rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
+    with open(out / "torchscript_on_gpu.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "torchscript_on_gpu.md").write_text(markdown(rows, env))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -361,11 +369,9 @@ def main() -> int:
         for r in found:
             print("  ", json.dumps(r, default=str), flush=True)
         rows += found
-    with open(args.out / "torchscript_on_gpu.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    (args.out / "torchscript_on_gpu.md").write_text(markdown(rows, env))
+        # after each model: a call stopped at its time limit keeps the models it finished
+        write_tables(args.out, rows, env)
+    write_tables(args.out, rows, env)
     failed = [r for r in rows if r.get("error") or r.get("passed") is False]
     print(f"done in {time.monotonic() - start:.0f} s; {len(failed)} failed rows", flush=True)
     return 1 if failed else 0

@@ -12,7 +12,8 @@
 #   PYTHON            the Python with PyTorch (default python3, the device image's)
 #   KIT_ARCHIVE       the kit (default .gpukit/kit.tar.xz); KIT_DIR where it is unpacked
 #   KIT_CONFIGFILES   more config files layered after benchmarks/gpu/kit/kit.yaml
-#   KIT_IN_PROCESS    1: run benchmarks/gpu/torchscript_on_gpu.py too (default: 1 unless GPU=cpu)
+#   KIT_IN_PROCESS    1: run benchmarks/gpu/torchscript_on_gpu.py too (default: 1 unless GPU=cpu),
+#                     with KIT_IN_PROCESS_ARGS after its own (the tests: --device cpu ...)
 #   KIT_DEADLINE_S    seconds the workflow may take (default 360), KIT_IN_PROCESS_S (100)
 # $OUT gets run.log, kit.json, nvidia-smi.txt, environment.json, summary.txt,
 # beside_published.md (the rows beside the published A100 ts-trace rows) and results.tar.gz.
@@ -113,7 +114,8 @@ if [ "$KIT_IN_PROCESS" = 1 ]; then
     say "in-process fp16 checks: fastpitch bert nnunet"
     timeout --kill-after=15 "$((KIT_IN_PROCESS_S + 30))" "$PYTHON" \
         benchmarks/gpu/torchscript_on_gpu.py --models fastpitch bert nnunet \
-        --out "$RUN_DIR/results/kit-in-process" --deadline-s "$KIT_IN_PROCESS_S" --iterations 20
+        --out "$RUN_DIR/results/kit-in-process" --deadline-s "$KIT_IN_PROCESS_S" --iterations 20 \
+        ${KIT_IN_PROCESS_ARGS:-}
     say "in-process exit status $?"
     IN_PROCESS=(results/kit-in-process)
 fi
