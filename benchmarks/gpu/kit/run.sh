@@ -97,6 +97,7 @@ for c in ${KIT_CONFIGFILES:-}; do CONFIGS+=("$c"); done
 say "snakemake ${TARGETS[*]}"
 timeout --signal=TERM --kill-after=30 "$KIT_DEADLINE_S" "$PYTHON" -m snakemake "${TARGETS[@]}" \
     --profile profiles/local --scheduler greedy --keep-going --cores 4 \
+    --resources gpu=1 triton_server=1 \
     --configfile "${CONFIGS[@]}"
 status=$?
 say "snakemake exit status $status"
