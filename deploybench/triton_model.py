@@ -11,9 +11,9 @@ Under NumPy 2, tensors cross the stub's boundary by DLPack: pytriton 0.7.0's pyt
 layout (NumPy 2 support came in pybind11 2.12, taken by python_backend in r25.01, commit
 09c3537). With NumPy 2, as in a CUDA 13 PyTorch image, ``Tensor(name, array)`` gives every
 output 0 bytes and ``as_numpy()`` gives inputs wrong values (both seen here with NumPy 2.2,
-tests/test_numpy2_stub.py); ``FromDLPack`` sizes a tensor from its own shape and dtype bits. Under NumPy 1 the arrays cross as they always did: NumPy 1's DLPack
-capsule destructor rejects the name the backend gives a used capsule ("used_dlpack") and the
-stub stops answering.
+tests/test_numpy2_stub.py); ``FromDLPack`` sizes a tensor from its own shape and dtype bits.
+Under NumPy 1 the arrays cross as they always did: NumPy 1's DLPack capsule destructor rejects
+the name the backend gives a used capsule ("used_dlpack") and the stub stops answering.
 
 Copied into ``<repository>/<model>/1/model.py`` with ``runtime.py`` beside it. Requests that
 Triton's dynamic batcher hands over together are concatenated into one runtime call and split

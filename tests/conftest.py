@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import re
 import shutil
@@ -9,12 +10,14 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import psutil
 import pytest
 import yaml
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.dle_fixtures import tft_reference_checkpoint, write_tft_train_checkpoint
 
@@ -184,6 +187,17 @@ def copy_of(smoke_run: Path, tmp_path: Path) -> Path:
 # NumPy 2, as a GPU image has (the device tool's KINDS.md: numpy 2.5); this venv keeps NumPy 1
 # (nvidia-pytriton pins numpy<2).
 NUMPY_2 = "numpy==2.2.6"
+KIT = REPO / "benchmarks" / "gpu" / "kit"
+
+
+def _venv_with_numpy_2(folder: Path) -> Path:
+    """A venv (no pip) at ``folder`` whose site-packages holds NumPy 2; its site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = folder / "lib" / version / "site-packages"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
+    return site
 
 
 @pytest.fixture(scope="session")
@@ -193,47 +207,38 @@ def numpy2_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ``PYTHONPATH``, because Triton's python-backend stub takes the packages of the venv of the
     ``python3`` first on ``PATH`` and ignores ``PYTHONPATH`` (seen here)."""
     venv = tmp_path_factory.mktemp("numpy2") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    site = venv / "lib" / version / "site-packages"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
+    site = _venv_with_numpy_2(venv)
     (site / "zz_workflow.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv / "bin" / "python"
 
 
-DEVICE_IMAGE = REPO / "benchmarks" / "gpu" / "kit" / "device-image.txt"
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def kit_bundle() -> ModuleType:
+    """benchmarks/gpu/kit/bundle.py, a script, as a module (its file lists and readers)."""
+    spec = importlib.util.spec_from_file_location("kit_bundle", KIT / "bundle.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
 def device_image_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A stand-in for a lent GPU machine's Python: a venv holding only the distributions its
-    image has (``device-image.txt``, from the device tool's KINDS.md) that this venv also has,
+    image has (``benchmarks/gpu/kit/device-image.txt``, from the device tool's KINDS.md) that this venv also has,
     with what this venv's versions of them require, linked from this venv, and NumPy 2 as the
     image has. No Snakemake, jsonschema, tritonclient,
     pytriton or CUDA 12 runtime: what the GPU kit forgets to carry is missing here too."""
     venv = tmp_path_factory.mktemp("device-image") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    site = venv / "lib" / version / "site-packages"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
-    image = {
-        _normal(line.split("#", 1)[0].strip())
-        for line in DEVICE_IMAGE.read_text().splitlines()
-        if line.split("#", 1)[0].strip()
-    } - {"numpy"}
+    site = _venv_with_numpy_2(venv)
+    listed = kit_bundle().requirement_names(KIT / "device-image.txt")
+    image = {canonicalize_name(name) for name in listed} - {"numpy"}
     purelib = Path(sysconfig.get_paths()["purelib"])
     # each top-level entry of this venv's site-packages and the distributions owning it
     owners: dict[str, set[str]] = {}
     files: dict[str, list[Path]] = {}
     requires: dict[str, list[str]] = {}
     for dist in importlib.metadata.distributions(path=[str(purelib)]):
-        name = _normal(dist.metadata["Name"])
+        name = canonicalize_name(dist.metadata["Name"])
         entries = [Path(f) for f in dist.files or [] if not str(f).startswith("..")]
         files[name] = entries
         requires[name] = dist.requires or []
@@ -243,7 +248,7 @@ def device_image_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wanted, todo = image & set(files), list(image & set(files))
     while todo:
         for requirement in map(Requirement, requires.get(todo.pop(), [])):
-            needed = _normal(requirement.name)
+            needed = canonicalize_name(requirement.name)
             marker = requirement.marker
             applies = marker is None or marker.evaluate({"extra": ""})
             if applies and needed in files and needed not in wanted:

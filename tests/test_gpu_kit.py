@@ -24,7 +24,15 @@ import yaml
 
 from deploybench import plan as dbplan
 from deploybench.config import deep_merge
-from tests.conftest import REPO, base_config, planned_jobs, run_snakemake, validated, write_config
+from tests.conftest import (
+    REPO,
+    base_config,
+    kit_bundle,
+    planned_jobs,
+    run_snakemake,
+    validated,
+    write_config,
+)
 
 BUNDLE = REPO / "benchmarks" / "gpu" / "kit" / "bundle.py"
 KIT_CONFIG = REPO / "benchmarks" / "gpu" / "kit" / "kit.yaml"
@@ -107,19 +115,11 @@ def test_the_device_kit_holds_the_server_perf_analyzer_and_packages(device_kit):
 
 
 def working_tree_copy(dest: Path) -> Path:
-    """What a device call receives: tracked files and untracked ones git does not ignore."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout
-    for name in filter(None, listed.split(b"\0")):
-        source = REPO / os.fsdecode(name)
-        if source.is_file():
-            target = dest / os.fsdecode(name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
+    """What a device call receives (bundle.py's list of the files that travel)."""
+    for path in kit_bundle().travelling_files(REPO):
+        if (REPO / path).is_file():
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / path, dest / path)
     return dest
 
 

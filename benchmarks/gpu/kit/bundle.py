@@ -37,6 +37,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 
@@ -89,13 +91,14 @@ def pinned(names: list[str]) -> list[str]:
     return specs
 
 
-def pip_download(specs: list[str], dest: Path, python: str, platforms: list[str]) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
+def pip_for(verb: str, python: str, platforms: list[str], *args: str) -> None:
+    """``pip <verb>`` of binary wheels only, for the target Python and platforms (not this
+    machine's), no dependencies: every distribution is named."""
     cmd = [
         sys.executable,
         "-m",
         "pip",
-        "download",
+        verb,
         "-q",
         "--disable-pip-version-check",
         "--no-deps",
@@ -105,13 +108,16 @@ def pip_download(specs: list[str], dest: Path, python: str, platforms: list[str]
         "--implementation",
         "cp",
         *(arg for platform in platforms for arg in ("--platform", platform)),
-        "-d",
-        str(dest),
-        *specs,
+        *args,
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode:
-        raise KitError(f"pip download {' '.join(specs)} failed:\n{result.stderr[-3000:]}")
+        raise KitError(f"pip {verb} {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+
+
+def pip_download(specs: list[str], dest: Path, python: str, platforms: list[str]) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    pip_for("download", python, platforms, "-d", str(dest), *specs)
 
 
 def one_wheel(folder: Path, name: str) -> Path:
@@ -170,28 +176,15 @@ def stage_perf_analyzer(wheel: Path, stage: Path) -> None:
 
 
 def stage_site(wheels: list[Path], stage: Path, python: str) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
+    pip_for(
         "install",
-        "-q",
-        "--disable-pip-version-check",
-        "--no-deps",
-        "--no-compile",
-        "--only-binary=:all:",
-        "--python-version",
         python,
-        "--implementation",
-        "cp",
-        *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
+        PLATFORMS,
+        "--no-compile",
         "--target",
         str(stage / "site"),
         *map(str, wheels),
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode:
-        raise KitError(f"installing the kit's packages failed:\n{result.stderr[-3000:]}")
+    )
     # console scripts name the building Python; the run uses `python -m` instead
     shutil.rmtree(stage / "site" / "bin", ignore_errors=True)
 
@@ -204,21 +197,21 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def travelling_tree_bytes(repo: Path) -> int:
+def travelling_files(repo: Path) -> list[Path]:
     """What a device call sends besides the carried paths: tracked files and untracked ones git
-    does not ignore (the device tool's README)."""
+    does not ignore (the device tool's README), relative to ``repo``."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=repo,
         capture_output=True,
         check=True,
     ).stdout
-    total = 0
-    for name in filter(None, listed.split(b"\0")):
-        path = repo / os.fsdecode(name)
-        if path.is_symlink() or path.is_file():
-            total += path.lstat().st_size
-    return total
+    paths = (Path(os.fsdecode(name)) for name in filter(None, listed.split(b"\0")))
+    return [p for p in paths if (repo / p).is_symlink() or (repo / p).is_file()]
+
+
+def travelling_tree_bytes(repo: Path) -> int:
+    return sum((repo / path).lstat().st_size for path in travelling_files(repo))
 
 
 def archive(stage: Path, target: Path) -> None:
@@ -250,10 +243,12 @@ def build(args: argparse.Namespace) -> dict[str, object]:
     pip_download([PYTRITON], wheels / "server", python, ["manylinux_2_35_x86_64"])
     pip_download([PERF_ANALYZER_WHEEL], wheels / "perf", python, ["manylinux1_x86_64"])
 
-    site_wheels = sorted((wheels / "site").glob("*.whl"))
-    wanted = {spec.split("==")[0].lower().replace("-", "_").replace(".", "_") for spec in specs}
+    # the folder keeps earlier builds' wheels: take this build's distributions only
+    wanted = {canonicalize_name(spec.split("==")[0]) for spec in specs}
     site_wheels = [
-        w for w in site_wheels if w.name.split("-")[0].lower().replace(".", "_") in wanted
+        w
+        for w in sorted((wheels / "site").glob("*.whl"))
+        if parse_wheel_filename(w.name)[0] in wanted
     ]
     server_wheel = one_wheel(wheels / "server", "nvidia-pytriton")
     perf_wheel = one_wheel(wheels / "perf", "tritonclient")
