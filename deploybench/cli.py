@@ -7,6 +7,10 @@
 ``deploybench summary [RUN ...]``: each run's accuracy verdict, points and files in a few lines
 (see :mod:`deploybench.summary`); with none, the runs under `targets`. Exit status 0, or 2 for a
 path that is not a run directory.
+
+``deploybench canary --device cpu|gpu --out DIR``: whether this machine's tritonserver and
+perf_analyzer serve and measure FP32 and FP16 on the device, in a minute at most (see
+:mod:`deploybench.canary`). Exit status 0, or 1 naming the step that failed.
 """
 
 from __future__ import annotations
@@ -62,10 +66,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run directories, e.g. results/tft/cpu/onnx/fp32; none: the runs under `targets` "
         "in config/config.yaml (what `make demo` and a plain `snakemake` run)",
     )
+    canary = commands.add_parser(
+        "canary",
+        help="in a minute: this machine's tritonserver and perf_analyzer, FP32 and FP16",
+        description="A tiny TorchScript model served by the python backend (KIND_GPU on a GPU) "
+        "with an FP32 and an FP16 input: one checked request and one short perf_analyzer run "
+        "each. Stops at the first failing step and names it (exit status 1).",
+    )
+    canary.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
+    canary.add_argument("--out", type=Path, required=True, help="canary.json and the logs")
+    canary.add_argument("--deadline-s", type=float, default=60.0, help="default: %(default)s")
     args = parser.parse_args(argv)
     try:
         if args.command == "summary":
             return run_summary(args)
+        if args.command == "canary":
+            return run_canary(args)
         return run_compare(args)
     except DeploybenchError as error:
         print(f"deploybench {args.command}: {error}", file=sys.stderr)
@@ -78,6 +94,23 @@ def run_summary(args: argparse.Namespace) -> int:
     runs = args.run or [Path("results", target) for target in load_config(None)["targets"]]
     print("\n\n".join(summary(run) for run in runs))
     return 0
+
+
+def run_canary(args: argparse.Namespace) -> int:
+    from . import canary
+
+    report = canary.run(args.device, args.out, args.deadline_s)
+    for step in report.steps:
+        print(
+            f"canary {step.step}: {'ok' if step.passed else 'FAILED'} ({step.seconds:.1f} s) "
+            f"{step.detail}"
+        )
+    failed = report.failed
+    if failed is None:
+        print(f"canary: passed on {args.device} ({args.out / 'canary.json'})")
+        return 0
+    print(f"canary: step {failed.step!r} failed; see {args.out}", file=sys.stderr)
+    return 1
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -35,7 +35,9 @@ from .trt_version import major_minor, parse_banner, tf_trt_loaded_version
 log = logging.getLogger(__name__)
 
 CONVERTERS = ("tensorrt", "onnx-fp16", "torchscript-fp16", "tf-trt")
-NEEDS_GPU = frozenset({"tensorrt", "torchscript-fp16", "tf-trt"})
+# TensorRT builds engines for the GPU it runs on; fp16 TorchScript is made on the run's device
+# (a CPU run's half-precision module runs on the CPU: only a GPU run's needs CUDA).
+NEEDS_GPU = frozenset({"tensorrt", "tf-trt"})
 
 # A TensorRT optimisation profile: per input, the full (batch-first) min/opt/max shapes.
 Profile = dict[str, dict[str, tuple[int, ...]]]
@@ -465,12 +467,14 @@ def convert(
     example_inputs: Callable[[int], dict[str, np.ndarray]],
     export_format: str = "",
     framework_module: Callable[[], Any] | None = None,
+    device: str = "cuda",
 ) -> dict[str, Any]:
     """Run the conversion; returns what it did (converter, parameters or command, versions).
 
     ``inputs`` is the model's signature, ``example_inputs(batch)`` deterministic feeds of it.
     ``source`` is the export, or for a converter in FROM_CHECKPOINT the checkpoint, whose
     serving module ``framework_module()`` returns (``export_format``: ts-trace or ts-script).
+    ``device`` (``cuda`` or ``cpu``): where fp16 TorchScript is made and checked, the run's.
     GPU-only converters check for a GPU after working out what they would run.
     """
     if converter not in CONVERTERS:
@@ -521,14 +525,14 @@ def convert(
             )
         script = export_format == "ts-script"
         record["parameters"] = {
-            "device": "cuda",
+            "device": device,
             "made_by": f"model.half() then torch.jit.{'script' if script else 'trace'}",
             "io": SERVED_TYPES[converter],
             "compute": "float16",
         }
         module_of = framework_module
         job = lambda: torchscript_fp16(
-            module_of(), out, example_inputs(1), script=script, device="cuda"
+            module_of(), out, example_inputs(1), script=script, device=device
         )
     else:  # tf-trt
         parameters = tf_trt_parameters(precision, settings)
@@ -541,7 +545,8 @@ def convert(
             # TRTEngineOp nodes and built engines: the artifact's provenance and the report
             record["trt_engines"] = tf_trt(source, out, parameters, feeds)
 
-    if converter in NEEDS_GPU and not gpu_visible():
+    needs_gpu = converter in NEEDS_GPU or (converter == "torchscript-fp16" and device != "cpu")
+    if needs_gpu and not gpu_visible():
         what = " ".join(record["command"]) if "command" in record else record.get("parameters")
         raise NeedsGPU(
             f"conversion {converter!r} to {precision} needs a GPU node (no GPU is visible here); "

@@ -169,6 +169,7 @@ def convert(spec: ConvertSpec, *, source: str, artifact: str, provenance: str) -
         framework_module=lambda: family.serving_module(
             read_workflow_checkpoint(family, Path(source))
         ),
+        device=FRAMEWORK_DEVICE[spec["device"]],
     )
     log.info("converted %s: %s", artifact, record)
     progress.say(

@@ -23,6 +23,7 @@ never stabilises is measured once more with the stability criterion off and kept
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import csv
 import fcntl
@@ -111,17 +112,27 @@ class MeasureSettings:
         return max(1, math.floor(rate * self.max_duration_ms / 1000 / WINDOWS))
 
 
+# Types perf_analyzer 2.41 refuses as a JSON number list ("Can not use explicit tensor
+# description for fp16 datatype", triton-inference-server/client r23.12,
+# src/c++/perf_analyzer/perf_utils.cc SerializeExplicitTensor; bf16 the same): they go as
+# base64 of their little-endian bytes, `{"content": {"b64": ...}, "shape": [...]}`
+# (docs/input_data.md of the same tag; read by data_loader.cc ReadTensorData).
+BASE64_TYPES = frozenset({"float16", "bfloat16"})
+
+
+def _tensor_data(example: np.ndarray) -> dict[str, Any]:
+    """One example of one input as perf_analyzer's ``--input-data`` takes it."""
+    shape = list(example.shape)
+    if example.dtype.name in BASE64_TYPES:
+        raw = np.ascontiguousarray(example, dtype=example.dtype.newbyteorder("<")).tobytes()
+        return {"content": {"b64": base64.b64encode(raw).decode("ascii")}, "shape": shape}
+    return {"content": example.ravel().tolist(), "shape": shape}
+
+
 def write_input_data(feeds: dict[str, np.ndarray], path: Path) -> None:
     """perf_analyzer ``--input-data`` JSON: one example (no batch dimension); perf_analyzer
     repeats it to the requested batch size."""
-    data = {
-        "data": [
-            {
-                name: {"content": array[0].ravel().tolist(), "shape": list(array.shape[1:])}
-                for name, array in feeds.items()
-            }
-        ]
-    }
+    data = {"data": [{name: _tensor_data(array[0]) for name, array in feeds.items()}]}
     path.write_text(json.dumps(data))
 
 

@@ -119,6 +119,7 @@ class ConvertSpec(TypedDict):
     precision: str
     settings: dict[str, Any]  # the converter's settings, defaults filled in
     export_format: str  # what the converter makes (torchscript-fp16: ts-trace or ts-script)
+    device: str  # the run's (cpu | gpu): where fp16 TorchScript is made
 
 
 class ServingSpec(TypedDict):
@@ -523,6 +524,7 @@ class RunPlan:
             "precision": self.precision,
             "settings": settings,
             "export_format": self.export.format,
+            "device": self.device,
         }
 
     def repository_spec(self) -> RepositorySpec:
@@ -875,16 +877,15 @@ def serving(run: Run) -> ServingSpec:
                 f"format {run.format!r} has no CPU runtime (formats.{run.format}.cpu_runtime): "
                 f"it cannot run on gpu {run.gpu!r}, {where}"
             )
-        if run.device == "cpu":
-            return {"backend": "python", "runtime": str(runtime)}
-        # the converter's served types (fp16 TorchScript's float16 I/O), as a native config's
+        # the converter's served types (fp16 TorchScript's float16 I/O), as a native config's:
+        # on a CPU too, so that its fp16 run sends what a GPU's does
         types = SERVED_TYPES.get(str((run.format_settings.get("convert") or {}).get(run.precision)))
-        return {
-            "backend": "python",
-            "runtime": str(runtime),
-            "tensor_types": dict(types or {}),
-            "entry": run.gpu,
-        }
+        python: ServingSpec = {"backend": "python", "runtime": str(runtime)}
+        if types:
+            python["tensor_types"] = dict(types)
+        if run.device != "cpu":
+            python["entry"] = run.gpu
+        return python
     backend = str(run.format_settings["backend"])
     if backend not in PLATFORMS:
         raise ConfigError(

@@ -92,7 +92,8 @@ def _memory_gb() -> float | None:
     return None
 
 
-def _gpus() -> list[str]:
+def gpus() -> list[str]:
+    """Each GPU as nvidia-smi names it: "name, driver version, memory" ([] without one)."""
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -115,7 +116,7 @@ def host() -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "memory_gb": _memory_gb(),
-        "gpus": _gpus(),
+        "gpus": gpus(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
 

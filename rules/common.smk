@@ -147,9 +147,22 @@ def target_results():
     return results_of(config["targets"])
 
 
-def gpu_results(gpu):
-    """The results of every run the config allows on ``gpu`` (every model, format, precision)."""
-    return results_of(r for r in _runs() if r.split("/")[1] == gpu)
+def report_set_runs(report_set):
+    """The runs report set ``report_set`` shows: every run the config allows on its GPUs, in
+    its precisions (all of them where it names none)."""
+    settings = config["report"]["sets"][report_set]
+    precisions = settings.get("precisions")
+    return [
+        r
+        for r in _runs()
+        if run_fields(r)[1] in settings["gpus"]
+        and (precisions is None or run_fields(r)[3] in precisions)
+    ]
+
+
+def report_set_results(report_set):
+    """The results of every run report set ``report_set`` shows (what the `cpu` target makes: set `cpu`)."""
+    return results_of(report_set_runs(report_set))
 
 
 # --- Containers
@@ -535,11 +548,11 @@ def runs_in_report(report_set, model):
         raise dbconfig.ConfigError(
             f"unknown report set {report_set!r}; valid choices: {', '.join(sorted(sets))}"
         )
-    gpus = sets[report_set]["gpus"]
-    runs = [r for r in _runs() if run_fields(r)[:2] in {(model, g) for g in gpus}]
+    runs = [r for r in report_set_runs(report_set) if run_fields(r)[0] == model]
     if not runs:
+        gpus = ", ".join(sets[report_set]["gpus"])
         raise dbconfig.ConfigError(
-            f"model {model!r} has no run on the GPUs of report set {report_set!r} ({', '.join(gpus)})"
+            f"model {model!r} has no run on the GPUs of report set {report_set!r} ({gpus})"
         )
     return runs
 
@@ -627,10 +640,8 @@ def target_reports():
 def all_reports():
     """Every configured report set's page of every model that has runs in it."""
     pages = []
-    for report_set, settings in config["report"]["sets"].items():
-        models = sorted(
-            {run_fields(r)[0] for r in _runs() if run_fields(r)[1] in settings["gpus"]}
-        )
+    for report_set in config["report"]["sets"]:
+        models = sorted({run_fields(r)[0] for r in report_set_runs(report_set)})
         pages += [f"reports/{report_set}/{m}.html" for m in models]
     return pages
 

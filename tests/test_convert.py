@@ -232,6 +232,7 @@ def test_onnx_fp16_keeps_float32_io_and_runs(tft_onnx, tmp_path):
         "precision": "fp16",
         "settings": {"op_block_list": []},
         "export_format": "onnx",
+        "device": "cpu",
     }
     jobs.convert(
         spec,

@@ -1,4 +1,5 @@
-"""The data perf_analyzer sends, made as each seed page's perf data was (Family.perf_inputs).
+"""The data perf_analyzer sends, made as each seed page's perf data was (Family.perf_inputs),
+in a form perf_analyzer takes for every tensor type (FP16 too, through the real binary).
 
 FastPitch: DLE's ``triton/prepare_input_data.py`` tiles the first utterance of its data loader
 to SEQUENCE_LENGTH symbols, with no padding; padding would yield no mel frames, and the
@@ -6,17 +7,21 @@ decoder's cost grows with the frames."""
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from deploybench import canary
 from deploybench import plan as dbplan
 from deploybench.errors import DataError
 from deploybench.models import load_family
 from deploybench.models.fastpitch import FastPitchFamily, text_to_ids
 from deploybench.models.tft import TFTFamily
-from tests.conftest import base_config, validated
+from deploybench.perf import write_input_data
+from tests.conftest import base_config, processes_mentioning, validated
 
 FASTPITCH_RUN = ("fastpitch", "cpu", "onnx", "fp32")
 
@@ -133,3 +138,34 @@ def test_perf_spec_carries_the_task_data_set_only_when_configured(tmp_path):
     fastpitch["accuracy"]["task"] = {"path": str(root)}
     plan = dbplan.plan_run(validated(config), *FASTPITCH_RUN)
     assert plan.spec("offline")["dataset_path"] == plan.spec("online")["dataset_path"] == str(root)
+
+
+def test_input_data_sends_half_precision_as_base64_and_the_rest_as_numbers(tmp_path):
+    """perf_analyzer refuses FP16/BF16 as a JSON number list (client r23.12 perf_utils.cc):
+    those go as base64 of their little-endian bytes, with the shape; the rest as numbers."""
+    half = np.array([[[0.5, -2.0, 65504.0], [1e-3, 0.0, 3.0]]], dtype=">f2")  # big-endian in
+    ids = np.array([[7, 8]], dtype=np.int64)
+    path = tmp_path / "data.json"
+    write_input_data({"x": half, "ids": ids}, path)
+    [example] = json.loads(path.read_text())["data"]
+    assert example["ids"] == {"content": [7, 8], "shape": [2]}
+    assert example["x"]["shape"] == [2, 3] and set(example["x"]["content"]) == {"b64"}
+    sent = np.frombuffer(base64.b64decode(example["x"]["content"]["b64"]), dtype="<f2")
+    np.testing.assert_array_equal(sent.reshape(2, 3), half[0])
+
+
+def test_fp16_and_fp32_reach_the_real_perf_analyzer(tmp_path):
+    """The canary on the CPU: a real tritonserver serving an FP32 and an FP16 model (the
+    workflow's python-backend model.py), one checked request and one perf_analyzer trial each,
+    through the workflow's own --input-data file and command. Before the base64 form,
+    perf_analyzer 2.41 exited 99 on the FP16 model ("Failed to init manager inputs: Can not use
+    explicit tensor description for fp16 datatype")."""
+    report = canary.run("cpu", tmp_path / "canary")
+    summary = report.as_json()
+    assert summary["passed"], summary
+    assert [s["step"] for s in summary["steps"]] == list(canary.STEPS)
+    assert "float16" in next(s for s in report.steps if s.step == "request_float16").detail
+    perf16 = next(s for s in report.steps if s.step == "perf_float16")
+    assert "infer/s" in perf16.detail
+    assert json.loads((tmp_path / "canary" / "canary.json").read_text()) == summary
+    assert processes_mentioning(str(tmp_path)) == []

@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
 # The GPU kit's device command (benchmarks/gpu/README.md, "The kit"): in one call on a lent GPU
-# machine, unpack the kit that benchmarks/gpu/kit/bundle.py made, record the machine, run TFT's
-# `ts-trace` fp32 and fp16 end to end through the workflow (export, conversion, accuracy against
-# the fp32 framework on the GPU, offline and online through tritonserver and perf_analyzer), then
-# the in-process fp16 checks of FastPitch, nnU-Net and BERT, and leave what it made under $OUT.
+# machine, check the machine in a minute (the canary), then run TFT's `ts-trace` end to end
+# through the workflow, fp32 then fp16, each its own Snakemake run (export, conversion, accuracy
+# against the fp32 framework on the GPU, offline and online through tritonserver and
+# perf_analyzer), packing what is done after each, and leave it under $OUT.
 #
-#   bash benchmarks/gpu/kit/run.sh [GPU] [PRECISION ...]     (default: H100-pip fp32 fp16)
+#   bash benchmarks/gpu/kit/run.sh [GPU] [PRECISION ...]     (default: auto fp32 fp16)
 #
-# Run from the repository root. Settings (environment):
+# GPU: a `gpus` entry the kit sizes (H100-pip, H200-pip; cpu rehearses it here), or `auto`: the
+# entry of the GPU nvidia-smi names. Run from the repository root. Settings (environment):
 #   OUT               where the results go (the device tool sets it; default ./kit-out)
 #   PYTHON            the Python with PyTorch (default python3, the device image's)
 #   KIT_ARCHIVE       the kit (default .gpukit/kit.tar.xz); KIT_DIR where it is unpacked
 #   KIT_CONFIGFILES   more config files layered after benchmarks/gpu/kit/kit.yaml
-#   KIT_IN_PROCESS    1: run benchmarks/gpu/torchscript_on_gpu.py too (default: 1 unless GPU=cpu),
-#                     with KIT_IN_PROCESS_ARGS after its own (the tests: --device cpu ...)
-#   KIT_DEADLINE_S    seconds the workflow may take (default 360), KIT_IN_PROCESS_S (100)
-# $OUT gets run.log, kit.json, nvidia-smi.txt, environment.json, summary.txt,
-# beside_published.md (the rows beside the published A100 ts-trace rows) and results.tar.gz.
-# The CPU entry rehearses the same command here: `bash benchmarks/gpu/kit/run.sh cpu fp32`
-# (tests/test_gpu_kit.py). Exit status: the workflow's (0 when every target was made).
+#   KIT_BUDGET_S      the whole call, at most (default 450: a rerun still fits 15 minutes)
+#   KIT_CANARY_S      the canary's deadline (default 60)
+#   KIT_IN_PROCESS    1: run benchmarks/gpu/torchscript_on_gpu.py after the runs, in what is
+#                     left of the budget (default 0: its numbers exist), with
+#                     KIT_IN_PROCESS_ARGS after its own (the tests: --device cpu ...)
+# Each precision's run gets an even share of what is left of the budget, less PACK_RESERVE_S
+# per run to stop and pack; a run that ends early leaves its time to the next.
+# $OUT gets run.log, environment.json (the kit, the software, the GPU and driver nvidia-smi
+# names), nvidia-smi.txt, canary.json, summary.txt, beside_published.md (the rows beside the
+# published A100 ts-trace rows) and results.tar.gz (rewritten after each run).
+# Exit status: 0 when every target was made; 2 a bad argument or kit; 3 the machine or the
+# canary failed (the step is named, nothing else ran); else the first failing run's.
 set -uo pipefail
 
-GPU=${1:-H100-pip}
+GPU=${1:-auto}
 shift || true
 PRECISIONS=("$@")
 [ ${#PRECISIONS[@]} -gt 0 ] || PRECISIONS=(fp32 fp16)
@@ -34,19 +40,55 @@ OUT=${OUT:-$PWD/kit-out}
 PYTHON=${PYTHON:-python3}
 KIT_ARCHIVE=${KIT_ARCHIVE:-.gpukit/kit.tar.xz}
 KIT_DIR=${KIT_DIR:-/tmp/deploybench-kit}
-KIT_DEADLINE_S=${KIT_DEADLINE_S:-360}
-KIT_IN_PROCESS_S=${KIT_IN_PROCESS_S:-100}
-if [ "$GPU" = cpu ]; then KIT_IN_PROCESS=${KIT_IN_PROCESS:-0}; else KIT_IN_PROCESS=${KIT_IN_PROCESS:-1}; fi
+KIT_BUDGET_S=${KIT_BUDGET_S:-450}
+KIT_CANARY_S=${KIT_CANARY_S:-60}
+KIT_IN_PROCESS=${KIT_IN_PROCESS:-0}
+PACK_RESERVE_S=25  # Snakemake's kill-after (15 s) and packing
 RUN_DIR=$PWD
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 started=$(date +%s)
-say() { echo "[kit $(( $(date +%s) - started ))s] $*"; }
+elapsed() { echo $(( $(date +%s) - started )); }
+say() { echo "[kit $(elapsed)s] $*"; }
+stop() { say "STOPPED at step '$1': $2"; pack; exit 3; }
+RUNS=()
+IN_PROCESS=()
+pack() {
+    # not the artifacts: a full-size TFT is tens of MB, and each file back is 16 MiB at most
+    [ -e "$RUN_DIR/results" ] || return 0
+    tar -czf "$OUT/results.tar.gz.part" --ignore-failed-read --exclude='*.pt' \
+        --exclude='*.onnx' --exclude=__pycache__ results/kit-canary "${RUNS[@]}" \
+        "${RUNS[@]/#results/logs}" .snakemake/log "${IN_PROCESS[@]}" 2>/dev/null
+    mv -f "$OUT/results.tar.gz.part" "$OUT/results.tar.gz"
+}
 
-# 1. install: unpack the kit beside nothing else, check it was built for this Python
+# 1. the tools the kit relies on, before anything is unpacked
+say "checking the tools"
+for tool in tar xz gzip timeout "$PYTHON"; do
+    command -v "$tool" > /dev/null || stop tools "'$tool' is not on PATH"
+done
+if [ "$GPU" != cpu ]; then
+    command -v nvidia-smi > /dev/null || stop machine "no nvidia-smi: this machine shows no GPU"
+    nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || stop machine "nvidia-smi failed: $(tail -2 "$OUT/nvidia-smi.txt")"
+    gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+    if [ "$GPU" = auto ]; then
+        case "$gpu_name" in
+            *H200*) GPU=H200-pip ;;
+            *H100*) GPU=H100-pip ;;
+            *) stop machine "no kit entry for the GPU '$gpu_name' (H100-pip, H200-pip): name one" ;;
+        esac
+        say "GPU '$gpu_name': entry $GPU"
+    fi
+else
+    echo "no GPU: the cpu entry" > "$OUT/nvidia-smi.txt"
+fi
+[ "$GPU" != auto ] || stop machine "auto needs a GPU: name the entry"
+
+# 2. install: unpack the kit beside nothing else, check it was built for this Python
 say "unpacking $KIT_ARCHIVE into $KIT_DIR"
 [ -f "$KIT_ARCHIVE" ] || { say "no kit at $KIT_ARCHIVE: run benchmarks/gpu/kit/bundle.py first"; exit 2; }
-rm -rf "$KIT_DIR" && mkdir -p "$KIT_DIR" && tar -xJf "$KIT_ARCHIVE" -C "$KIT_DIR" || exit 2
+rm -rf "$KIT_DIR" && mkdir -p "$KIT_DIR" || exit 2
+tar -xJf "$KIT_ARCHIVE" -C "$KIT_DIR" || stop unpack "tar -xJf $KIT_ARCHIVE failed"
 "$PYTHON" - "$KIT_DIR/kit.json" <<'EOF' || exit 2
 import json, sys
 built = json.load(open(sys.argv[1]))["python"]
@@ -55,20 +97,21 @@ if built != here:
     sys.exit(f"run.sh: the kit was built for Python {built}, this is {here} ({sys.executable}): "
              f"bundle.py --python {here}")
 EOF
-cp "$KIT_DIR/kit.json" "$OUT/kit.json"
 export PYTHONPATH="$KIT_DIR/site:$RUN_DIR${PYTHONPATH:+:$PYTHONPATH}"
 export DEPLOYBENCH_TRITON_ROOT="$KIT_DIR/pytriton/tritonserver"
 export DEPLOYBENCH_PERF_ANALYZER="$KIT_DIR/perf-analyzer/bin/perf_analyzer"
 export PYTHONUNBUFFERED=1
 
-# 2. the machine and the software, before anything runs
+# 3. the machine and the software, before anything runs
 say "recording the machine"
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || echo "no nvidia-smi" > "$OUT/nvidia-smi.txt"
-"$PYTHON" - "$OUT/environment.json" "$GPU" <<'EOF'
+"$PYTHON" - "$OUT/environment.json" "$GPU" "$KIT_DIR/kit.json" <<'EOF' || stop environment "see above"
 import json, platform, subprocess, sys
 from importlib import metadata
-from deploybench import tools
+from deploybench import provenance, tools
 env = {"gpu_entry": sys.argv[2], "python": sys.version.split()[0], "machine": platform.platform()}
+env["kit"] = json.load(open(sys.argv[3]))
+# what labels the rows: the GPUs nvidia-smi names, with their driver
+env["nvidia_smi"] = provenance.gpus()
 for name in ("torch", "numpy", "onnxruntime", "onnx", "pandas", "snakemake", "tritonclient"):
     try:
         env[name] = metadata.version(name)
@@ -84,49 +127,71 @@ pa = subprocess.run([str(tools.perf_analyzer_binary()), "--version"], capture_ou
 env["perf_analyzer_version"] = (pa.stdout + pa.stderr).strip()[-200:]
 env["perf_analyzer_rc"] = pa.returncode
 json.dump(env, open(sys.argv[1], "w"), indent=1)
-print(json.dumps(env))
+print(json.dumps({k: v for k, v in env.items() if k != "kit"}))
 EOF
 
-# 3. the workflow: each precision's accuracy, offline and online CSVs
-TARGETS=()
-for p in "${PRECISIONS[@]}"; do
-    for f in accuracy offline online; do TARGETS+=("results/tft/$GPU/ts-trace/$p/$f.csv"); done
-done
-CONFIGS=(benchmarks/gpu/kit/kit.yaml)
-for c in ${KIT_CONFIGFILES:-}; do CONFIGS+=("$c"); done
-say "snakemake ${TARGETS[*]}"
-timeout --signal=TERM --kill-after=30 "$KIT_DEADLINE_S" "$PYTHON" -m snakemake "${TARGETS[@]}" \
-    --profile profiles/local --scheduler greedy --keep-going --cores 4 \
-    --resources gpu=1 triton_server=1 \
-    --configfile "${CONFIGS[@]}"
-status=$?
-say "snakemake exit status $status"
-RUNS=()
-for p in "${PRECISIONS[@]}"; do RUNS+=("results/tft/$GPU/ts-trace/$p"); done
-"$PYTHON" -m deploybench summary "${RUNS[@]}" > "$OUT/summary.txt" 2>&1
-cat "$OUT/summary.txt"
-"$PYTHON" benchmarks/gpu/kit/beside_published.py . --gpu "$GPU" --precisions "${PRECISIONS[@]}" \
-    > "$OUT/beside_published.md" 2>&1
-cat "$OUT/beside_published.md"
-
-# 4. in process: fp16 TorchScript of the other models on the GPU (no Triton)
-IN_PROCESS=()
-if [ "$KIT_IN_PROCESS" = 1 ]; then
-    say "in-process fp16 checks: fastpitch bert nnunet"
-    timeout --kill-after=15 "$((KIT_IN_PROCESS_S + 30))" "$PYTHON" \
-        benchmarks/gpu/torchscript_on_gpu.py --models fastpitch bert nnunet \
-        --out "$RUN_DIR/results/kit-in-process" --deadline-s "$KIT_IN_PROCESS_S" --iterations 20 \
-        ${KIT_IN_PROCESS_ARGS:-}
-    say "in-process exit status $?"
-    IN_PROCESS=(results/kit-in-process)
+# 4. the canary: the kit's server and perf_analyzer, FP32 and FP16, on this device
+DEVICE=gpu
+[ "$GPU" = cpu ] && DEVICE=cpu
+say "canary on $DEVICE (${KIT_CANARY_S} s at most)"
+mkdir -p results
+timeout --signal=TERM --kill-after=10 "$KIT_CANARY_S" "$PYTHON" -m deploybench canary \
+    --device "$DEVICE" --out results/kit-canary --deadline-s "$((KIT_CANARY_S - 5))"
+canary=$?
+cp results/kit-canary/canary.json "$OUT/canary.json" 2>/dev/null
+if [ $canary -ne 0 ]; then
+    failed=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["failed_step"])' \
+        results/kit-canary/canary.json 2>/dev/null)
+    stop "canary ${failed:-(stopped at ${KIT_CANARY_S} s)}" "exit status $canary; see canary.json, results/kit-canary/"
 fi
 
-# 5. what comes back: the device returns at most 8 files, so the rest travels as one archive
-say "packing results"
-# (not the artifacts: a full-size TFT is tens of MB, and each file back is 16 MiB at most)
-tar -czf "$OUT/results.tar.gz" --ignore-failed-read --exclude='*.pt' --exclude='*.onnx' \
-    --exclude=__pycache__ "results/tft/$GPU" "logs/tft/$GPU" .snakemake/log "${IN_PROCESS[@]}" \
-    2>/dev/null
+# 5. the workflow: each precision its own run (accuracy, offline, online), packed after each
+CONFIGS=(benchmarks/gpu/kit/kit.yaml)
+for c in ${KIT_CONFIGFILES:-}; do CONFIGS+=("$c"); done
+status=0
+remaining=${#PRECISIONS[@]}
+for p in "${PRECISIONS[@]}"; do
+    left=$(( KIT_BUDGET_S - $(elapsed) - PACK_RESERVE_S * remaining ))
+    share=$(( left / remaining ))
+    remaining=$(( remaining - 1 ))
+    if [ "$share" -lt 30 ]; then
+        say "$p: not run, ${share} s left of the ${KIT_BUDGET_S} s budget"
+        [ $status -ne 0 ] || status=124
+        continue
+    fi
+    run="results/tft/$GPU/ts-trace/$p"
+    RUNS+=("$run")
+    say "snakemake $run (${share} s at most)"
+    timeout --signal=TERM --kill-after=15 "$share" "$PYTHON" -m snakemake \
+        "$run/accuracy.csv" "$run/offline.csv" "$run/online.csv" \
+        --profile profiles/local --scheduler greedy --keep-going --cores 4 \
+        --resources gpu=1 triton_server=1 --configfile "${CONFIGS[@]}"
+    code=$?
+    say "$p: snakemake exit status $code"
+    [ $status -ne 0 ] || status=$code
+    "$PYTHON" -m deploybench summary "${RUNS[@]}" > "$OUT/summary.txt" 2>&1
+    "$PYTHON" benchmarks/gpu/kit/beside_published.py . --gpu "$GPU" --precisions "${PRECISIONS[@]}" \
+        > "$OUT/beside_published.md" 2>&1
+    pack
+done
+cat "$OUT/summary.txt" "$OUT/beside_published.md" 2>/dev/null
+
+# 6. in process, if asked: fp16 TorchScript of the other models on the GPU (no Triton)
+if [ "$KIT_IN_PROCESS" = 1 ]; then
+    left=$(( KIT_BUDGET_S - $(elapsed) - PACK_RESERVE_S ))
+    if [ "$left" -ge 30 ]; then
+        say "in-process fp16 checks: fastpitch bert nnunet (${left} s at most)"
+        timeout --kill-after=15 "$left" "$PYTHON" \
+            benchmarks/gpu/torchscript_on_gpu.py --models fastpitch bert nnunet \
+            --out "$RUN_DIR/results/kit-in-process" --deadline-s "$((left - 20))" --iterations 20 \
+            ${KIT_IN_PROCESS_ARGS:-}
+        say "in-process exit status $?"
+        IN_PROCESS=(results/kit-in-process)
+        pack
+    else
+        say "in-process checks: not run, ${left} s left of the budget"
+    fi
+fi
 ls -la "$OUT"
 say "done"
 exit $status
