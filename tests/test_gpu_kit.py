@@ -29,6 +29,7 @@ from tests.conftest import (
     base_config,
     kit_bundle,
     planned_jobs,
+    processes_mentioning,
     run_snakemake,
     validated,
     write_config,
@@ -79,7 +80,8 @@ def test_the_device_kit_fits_one_call_with_the_tree(device_kit):
     assert summary["fits"]
     assert summary["call_bytes"] <= summary["call_limit_bytes"] == 64 * 1024 * 1024
     assert summary["kit_bytes"] == sum(p.stat().st_size for p in out.iterdir())
-    assert summary["command"] == "bash benchmarks/gpu/kit/run.sh H100-pip"
+    # no entry named: run.sh picks H100-pip or H200-pip by the GPU nvidia-smi names
+    assert summary["command"] == "bash benchmarks/gpu/kit/run.sh"
 
 
 def test_the_device_kit_holds_the_server_perf_analyzer_and_packages(device_kit):
@@ -123,36 +125,57 @@ def working_tree_copy(dest: Path) -> Path:
     return dest
 
 
-def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_image_python, tmp_path):
-    tree = working_tree_copy(tmp_path / "tree")
-    out, kit_dir = tmp_path / "out", tmp_path / "unpacked"
+def kit_environment(out: Path, python: Path, kit: Path, kit_dir: Path, **more: str) -> dict:
+    """run.sh's environment: the kit, the stand-in image's Python, the smoke sizing, and none of
+    this venv's overrides."""
     env = {
         **os.environ,
         "OUT": str(out),
-        "PYTHON": str(device_image_python),
-        "KIT_ARCHIVE": str(local_kit),
+        "PYTHON": str(python),
+        "KIT_ARCHIVE": str(kit),
         "KIT_DIR": str(kit_dir),
         "KIT_CONFIGFILES": "config/smoke.yaml",
-        # the in-process checks as on a GPU, on the CPU at smoke size
-        "KIT_IN_PROCESS": "1",
-        # (not nnU-Net: its fp16 3-D convolutions take minutes on a CPU even at smoke size)
-        "KIT_IN_PROCESS_ARGS": "--device cpu --configfile config/smoke.yaml --models fastpitch bert",
+        **more,
     }
     for name in ("DEPLOYBENCH_TRITONSERVER", "DEPLOYBENCH_PERF_ANALYZER", "PYTHONPATH"):
         env.pop(name, None)
+    return env
+
+
+def run_kit(tree: Path, env: dict, *args: str) -> tuple[subprocess.CompletedProcess[str], str]:
     run = subprocess.run(
-        ["bash", "benchmarks/gpu/kit/run.sh", "cpu", "fp32"],
+        ["bash", "benchmarks/gpu/kit/run.sh", *args],
         cwd=tree,
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1200,
         check=False,
     )
-    log = run.stdout + run.stderr
+    return run, run.stdout + run.stderr
+
+
+def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_image_python, tmp_path):
+    """What a lent GPU's call does, on the CPU entry: the canary, then fp32 and fp16 each its
+    own Snakemake run, packed after each, and the in-process checks when asked."""
+    tree = working_tree_copy(tmp_path / "tree")
+    out, kit_dir = tmp_path / "out", tmp_path / "unpacked"
+    env = kit_environment(
+        out,
+        device_image_python,
+        local_kit,
+        kit_dir,
+        # a 2-core CI machine at smoke size: more than a GPU call's 450 s
+        KIT_BUDGET_S="900",
+        # the in-process checks as on a GPU, on the CPU at smoke size
+        KIT_IN_PROCESS="1",
+        # (not nnU-Net: its fp16 3-D convolutions take minutes on a CPU even at smoke size)
+        KIT_IN_PROCESS_ARGS="--device cpu --configfile config/smoke.yaml --models fastpitch bert",
+    )
+    run, log = run_kit(tree, env, "cpu", "fp32", "fp16")
     assert run.returncode == 0, log[-5000:]
     assert {p.name for p in out.iterdir()} == {
-        "run.log", "kit.json", "nvidia-smi.txt", "environment.json", "summary.txt",
+        "run.log", "environment.json", "nvidia-smi.txt", "canary.json", "summary.txt",
         "beside_published.md", "results.tar.gz",
     }  # fmt: skip
     environment = json.loads((out / "environment.json").read_text())
@@ -161,27 +184,72 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     assert environment["tritonserver"] == str(kit_dir / "pytriton/tritonserver/bin/tritonserver")
     assert environment["perf_analyzer_rc"] == 0
     assert "2.41.0" in environment["perf_analyzer_version"]
-    run_dir = "results/tft/cpu/ts-trace/fp32"
+    assert environment["kit"]["python"] == THIS_PYTHON
+    # the canary ran first, FP16 included, under NumPy 2 (tensors cross the stub by DLPack)
+    canary = json.loads((out / "canary.json").read_text())
+    assert canary["passed"] and canary["device"] == "cpu", canary
+    assert log.index("canary: passed") < log.index("snakemake results/tft/cpu/ts-trace/fp32")
+    # fp32 before fp16, each its own run
+    assert log.index("fp32: snakemake exit status 0") < log.index("ts-trace/fp16 (")
+    runs = [f"results/tft/cpu/ts-trace/{p}" for p in ("fp32", "fp16")]
     with tarfile.open(out / "results.tar.gz") as archive:
         names = set(archive.getnames())
-        for csv in ("accuracy", "offline", "online"):
-            assert f"{run_dir}/{csv}.csv" in names and f"{run_dir}/{csv}.provenance.json" in names
+        for run_dir in runs:
+            for csv in ("accuracy", "offline", "online"):
+                assert f"{run_dir}/{csv}.csv" in names
+                assert f"{run_dir}/{csv}.provenance.json" in names
         assert not any(n.endswith(".pt") for n in names)  # artifacts stay behind
         assert "results/kit-in-process/torchscript_on_gpu.csv" in names
+        assert "results/kit-canary/canary.json" in names
         archive.extractall(tmp_path / "back", filter="data")
-    back = tmp_path / "back" / run_dir
-    assert pd.read_csv(back / "accuracy.csv")["passed"].all()
-    offline, online = pd.read_csv(back / "offline.csv"), pd.read_csv(back / "online.csv")
-    assert len(offline) == 2 and len(online) == 1  # the smoke sizing's points
-    assert (offline["throughput"] > 0).all()
-    # the smoke run's offline batch 1 beside the published A100 ts-trace row (205 infer/s)
+    for run_dir in runs:
+        back = tmp_path / "back" / run_dir
+        assert pd.read_csv(back / "accuracy.csv")["passed"].all()
+        offline, online = pd.read_csv(back / "offline.csv"), pd.read_csv(back / "online.csv")
+        assert len(offline) == 2 and len(online) == 1  # the smoke sizing's points
+        assert (offline["throughput"] > 0).all()
+    # the smoke run's offline batch 1 beside the published A100 ts-trace row of electricity
+    # (205 infer/s; traffic's is 200.3), each column named by what measured it
     beside = (out / "beside_published.md").read_text()
     assert "| offline | 1 | 1 | 205.0, 5.3 |" in beside, beside
+    assert "CPU: " in beside and "(cpu fp16)" in beside, beside
     in_process = pd.read_csv(tmp_path / "back" / "results/kit-in-process/torchscript_on_gpu.csv")
     assert set(in_process["model"]) == {"fastpitch", "bert"}, in_process
     assert in_process["error"].isna().all(), in_process
     summary = (out / "summary.txt").read_text()
     assert "accuracy: passed" in summary and "offline" in summary and "online" in summary
+    assert "ts-trace/fp16" in summary
+
+
+def test_a_broken_kit_stops_at_the_canary_naming_the_step(local_kit, device_image_python, tmp_path):
+    """A kit whose perf_analyzer cannot load its CUDA runtime (the link to pytriton's copy
+    missing, as a library perf_analyzer cannot find on a machine): the call stops in the canary,
+    at its first perf_analyzer step, within its deadline, before any Snakemake run, and keeps
+    what it has."""
+    unpacked = tmp_path / "kit"
+    unpacked.mkdir()
+    with tarfile.open(local_kit) as archive:
+        archive.extractall(unpacked, filter="data")
+    (unpacked / "perf-analyzer/lib/libcudart.so.12").unlink()
+    broken = tmp_path / "broken.tar.xz"
+    subprocess.run(
+        ["tar", "-C", str(unpacked), "-I", "xz -0 -T0", "-cf", str(broken), "."], check=True
+    )
+    tree = working_tree_copy(tmp_path / "tree")
+    out = tmp_path / "out"
+    env = kit_environment(out, device_image_python, broken, tmp_path / "unpacked")
+    run, log = run_kit(tree, env, "cpu")
+    assert run.returncode == 3, log[-5000:]
+    assert "STOPPED at step 'canary perf_float32'" in log, log[-3000:]
+    canary = json.loads((out / "canary.json").read_text())
+    assert canary["failed_step"] == "perf_float32"
+    failed = canary["steps"][-1]
+    assert "libcudart.so.12" in failed["detail"], failed
+    assert canary["seconds"] < 60  # the canary's deadline: the call stops within it
+    assert "snakemake results/" not in log and not (tree / "results" / "tft").exists()
+    with tarfile.open(out / "results.tar.gz") as archive:
+        assert "results/kit-canary/canary.json" in archive.getnames()
+    assert processes_mentioning(str(tmp_path)) == []
 
 
 def test_a_triton_root_without_a_server_is_refused_naming_it(tmp_path, monkeypatch):
@@ -200,9 +268,13 @@ def kit_config() -> dict:
     return validated(deep_merge(base_config(), yaml.safe_load(KIT_CONFIG.read_text())))
 
 
+KIT_ENTRIES = ("H100-pip", "H200-pip")
+
+
+@pytest.mark.parametrize("gpu", KIT_ENTRIES)
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_the_kit_sizing_measures_a_subset_of_the_published_points(precision):
-    run = dbplan.resolve(kit_config(), "tft", "H100-pip", "ts-trace", precision)
+def test_the_kit_sizing_measures_a_subset_of_the_published_points(gpu, precision):
+    run = dbplan.resolve(kit_config(), "tft", gpu, "ts-trace", precision)
     # the published serving configuration, unchanged
     assert run.settings["triton"]["max_batch_size"] == 1024
     assert run.settings["triton"]["model_instances"] == 2
@@ -211,10 +283,11 @@ def test_the_kit_sizing_measures_a_subset_of_the_published_points(precision):
     assert run.settings["perf"]["trials"] == 2
 
 
-def test_the_kit_runs_plan_without_images(tmp_path):
+@pytest.mark.parametrize("gpu", KIT_ENTRIES)
+def test_the_kit_runs_plan_without_images(gpu, tmp_path):
     write_config(tmp_path, kit_config())
     targets = [
-        f"results/tft/H100-pip/ts-trace/{p}/{f}.csv"
+        f"results/tft/{gpu}/ts-trace/{p}/{f}.csv"
         for p in ("fp32", "fp16")
         for f in ("accuracy", "offline", "online")
     ]

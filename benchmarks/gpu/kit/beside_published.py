@@ -3,40 +3,64 @@
     python benchmarks/gpu/kit/beside_published.py RESULTS [--gpu H100-pip] [--published-gpu A100]
 
 ``RESULTS`` is the folder that holds ``results/`` (the kit's ``results.tar.gz`` unpacked). For
-each scenario and point the kit measured, one line: the published row at the same batch and
+each scenario and point the kit measured, one line: the published row of TFT's data set
+(``models.tft.dataset``: electricity; the page also has traffic rows) at the same batch and
 concurrency (DLE's A100 "FP16" rows, which ran fp32 weights: ``models.tft.published_ran``), then
 each precision the kit ran, throughput ± its 95 % interval and p99. Points the kit measured that
-the page did not publish show "—". What differs (GPU, the python backend, no NGC image, the
-kit's sizing) is said under the table.
+the page did not publish show "—". The columns name the GPU and driver nvidia-smi gave the
+run's jobs (its provenance), not only the entry. What differs (GPU, the python backend, no NGC
+image, the kit's sizing) is said under the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 PUBLISHED = REPO / "config" / "reference" / "published.csv"
+CONFIG = REPO / "config" / "config.yaml"
 SCENARIOS = ("offline", "online")
 
 
+def run_dir(results: Path, gpu: str, precision: str) -> Path:
+    return results / "results" / "tft" / gpu / "ts-trace" / precision
+
+
 def measured(results: Path, gpu: str, precision: str, scenario: str) -> pd.DataFrame | None:
-    path = results / "results" / "tft" / gpu / "ts-trace" / precision / f"{scenario}.csv"
+    path = run_dir(results, gpu, precision) / f"{scenario}.csv"
     return pd.read_csv(path) if path.exists() else None
 
 
+def machine(results: Path, gpu: str, precision: str) -> str:
+    """What ran the run's measurements, from its provenance: the GPU and driver nvidia-smi
+    named ("NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB"), else the CPU; the entry if none."""
+    for scenario in SCENARIOS:
+        path = run_dir(results, gpu, precision) / f"{scenario}.provenance.json"
+        if path.exists():
+            host = json.loads(path.read_text()).get("host", {})
+            return "; ".join(host.get("gpus") or []) or f"CPU: {host.get('cpu', '?')}"
+    return gpu
+
+
 def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) -> str:
+    dataset = yaml.safe_load(CONFIG.read_text())["models"]["tft"]["dataset"]
     published = pd.read_csv(PUBLISHED)
     published = published[
         (published["model"] == "tft")
+        & (published["dataset"] == dataset)
         & (published["gpu"] == published_gpu)
         & (published["format"] == "ts-trace")
     ]
     header = ["scenario", "batch", "concurrency", f"{published_gpu} published: infer/s, p99 ms"]
-    header += [f"{gpu} {p}: infer/s ± 95 %, p99 ms" for p in precisions]
+    header += [
+        f"{machine(results, gpu, p)} ({gpu} {p}): infer/s ± 95 %, p99 ms" for p in precisions
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for scenario in SCENARIOS:
         runs = {p: measured(results, gpu, p, scenario) for p in precisions}
@@ -54,6 +78,8 @@ def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) ->
                 & (published["batch"] == batch)
                 & (published["concurrency"] == concurrency)
             ]
+            if len(row) > 1:
+                raise SystemExit(f"{len(row)} published rows for {scenario} {batch}x{concurrency}")
             cells = [scenario, str(batch), str(concurrency)]
             cells.append(
                 f"{row.iloc[0].throughput:.1f}, {row.iloc[0].p99_latency_ms:.1f}"
@@ -78,7 +104,8 @@ def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) ->
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
-        f"{published_gpu}: DLE's published `ts-trace` rows (labelled FP16, ran fp32 weights; the NGC "
+        f"{published_gpu}: DLE's published `ts-trace` rows of TFT on {dataset} (labelled FP16, "
+        "ran fp32 weights; the NGC "
         f"images the seed page names, native `pytorch_libtorch` backend). {gpu}: this "
         "workflow's kit, served by pytriton's Triton 2.51 python backend (a "
         "host-memory hop per request), no NGC image, the kit's sizing (2 trials a point)."

@@ -224,7 +224,7 @@ def archive(stage: Path, target: Path) -> None:
 
 
 def device_command(gpu: str) -> str:
-    return f"bash benchmarks/gpu/kit/run.sh {gpu}"
+    return "bash benchmarks/gpu/kit/run.sh" + ("" if gpu == "auto" else f" {gpu}")
 
 
 def build(args: argparse.Namespace) -> dict[str, object]:
@@ -301,7 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default="3.12", help="the device's Python (KINDS.md)")
     parser.add_argument("--out", type=Path, default=REPO / ".gpukit")
     parser.add_argument("--build", type=Path, default=REPO / ".gpukit-build")
-    parser.add_argument("--gpu", default="H100-pip", help="the gpus entry the command runs")
+    parser.add_argument(
+        "--gpu",
+        default="auto",
+        help="the gpus entry the command runs (auto: run.sh picks H100-pip or H200-pip by the "
+        "GPU nvidia-smi names)",
+    )
     parser.add_argument(
         "--no-in-process",
         dest="in_process",
