@@ -220,9 +220,10 @@ def numpy2_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv / "bin" / "python"
 
 
-def kit_bundle() -> ModuleType:
-    """benchmarks/gpu/kit/bundle.py, a script, as a module (its file lists and readers)."""
-    spec = importlib.util.spec_from_file_location("kit_bundle", KIT / "bundle.py")
+def kit_script(name: str) -> ModuleType:
+    """benchmarks/gpu/kit/<name>.py, a script, as a module (bundle's file lists and readers,
+    keep's folder)."""
+    spec = importlib.util.spec_from_file_location(f"kit_{name}", KIT / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -238,7 +239,7 @@ def device_image_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytriton or CUDA 12 runtime: what the GPU kit forgets to carry is missing here too."""
     venv = tmp_path_factory.mktemp("device-image") / "venv"
     site = _venv_with_numpy_2(venv)
-    listed = kit_bundle().requirement_names(KIT / "device-image.txt")
+    listed = kit_script("bundle").requirement_names(KIT / "device-image.txt")
     image = {canonicalize_name(name) for name in listed} - {"numpy"}
     purelib = Path(sysconfig.get_paths()["purelib"])
     # each top-level entry of this venv's site-packages and the distributions owning it

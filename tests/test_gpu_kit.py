@@ -27,7 +27,7 @@ from deploybench.config import deep_merge
 from tests.conftest import (
     REPO,
     base_config,
-    kit_bundle,
+    kit_script,
     planned_jobs,
     processes_mentioning,
     run_snakemake,
@@ -118,7 +118,7 @@ def test_the_device_kit_holds_the_server_perf_analyzer_and_packages(device_kit):
 
 def working_tree_copy(dest: Path) -> Path:
     """What a device call receives (bundle.py's list of the files that travel)."""
-    for path in kit_bundle().travelling_files(REPO):
+    for path in kit_script("bundle").travelling_files(REPO):
         if (REPO / path).is_file():
             (dest / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / path, dest / path)
@@ -219,6 +219,14 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     summary = (out / "summary.txt").read_text()
     assert "accuracy: passed" in summary and "offline" in summary and "online" in summary
     assert "ts-trace/fp16" in summary
+    # kept for a commit as it came back: benchmarks/gpu/results/<date>-<gpu>/
+    kept = kit_script("keep").keep(out, tmp_path / "kept")
+    assert kept.name == f"{environment['date'][:10]}-cpu"
+    assert (kept / "run.log").is_file() and (kept / "canary.json").is_file()
+    assert (kept / runs[1] / "online.csv").read_bytes() == (
+        tmp_path / "back" / runs[1] / "online.csv"
+    ).read_bytes()
+    assert json.loads((kept / "kept.json").read_text())["tree"]
 
 
 def test_a_broken_kit_stops_at_the_canary_naming_the_step(local_kit, device_image_python, tmp_path):
@@ -250,6 +258,24 @@ def test_a_broken_kit_stops_at_the_canary_naming_the_step(local_kit, device_imag
     with tarfile.open(out / "results.tar.gz") as archive:
         assert "results/kit-canary/canary.json" in archive.getnames()
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_gpu_results_are_committed_and_run_outputs_are_not():
+    """benchmarks/gpu/results/ holds what lent GPUs measured (evidence); the workflow's own
+    results/ and logs/ at the top stay ignored."""
+
+    def ignored(path: str) -> bool:
+        check = subprocess.run(
+            ["git", "check-ignore", "-q", path], cwd=REPO, capture_output=True, check=False
+        )
+        assert check.returncode in (0, 1), check.stderr
+        return check.returncode == 0
+
+    kept = "benchmarks/gpu/results/2026-11-27-NVIDIA_H200"
+    assert not ignored(f"{kept}/results/tft/H200-pip/ts-trace/fp32/offline.csv")
+    assert not ignored(f"{kept}/logs/tft/H200-pip/ts-trace/fp32/offline.log")
+    assert not ignored("benchmarks/gpu/results/x")
+    assert ignored("results/tft/cpu/onnx/fp32/offline.csv") and ignored("logs/x.log")
 
 
 def test_a_triton_root_without_a_server_is_refused_naming_it(tmp_path, monkeypatch):

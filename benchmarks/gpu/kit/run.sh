@@ -105,10 +105,11 @@ export PYTHONUNBUFFERED=1
 # 3. the machine and the software, before anything runs
 say "recording the machine"
 "$PYTHON" - "$OUT/environment.json" "$GPU" "$KIT_DIR/kit.json" <<'EOF' || stop environment "see above"
-import json, platform, subprocess, sys
+import datetime, json, platform, subprocess, sys
 from importlib import metadata
 from deploybench import provenance, tools
 env = {"gpu_entry": sys.argv[2], "python": sys.version.split()[0], "machine": platform.platform()}
+env["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 env["kit"] = json.load(open(sys.argv[3]))
 # what labels the rows: the GPUs nvidia-smi names, with their driver
 env["nvidia_smi"] = provenance.gpus()
