@@ -226,7 +226,7 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     assert (kept / runs[1] / "online.csv").read_bytes() == (
         tmp_path / "back" / runs[1] / "online.csv"
     ).read_bytes()
-    assert json.loads((kept / "kept.json").read_text())["tree"]
+    assert json.loads((kept / "kept.json").read_text())["tree"]["commit"]
 
 
 def test_a_broken_kit_stops_at_the_canary_naming_the_step(local_kit, device_image_python, tmp_path):

@@ -7,8 +7,8 @@ they came (``run.log``, ``environment.json``, ``canary.json``, ``summary.txt``,
 ``beside_published.md``, ...) and ``results.tar.gz`` is unpacked beside them (the runs' CSVs,
 trials, provenance, configs and logs; never artifacts). The folder is named by the call's date
 and the GPU nvidia-smi named there (``environment.json``), e.g.
-``2026-11-27-NVIDIA_H100_80GB_HBM3``; ``kept.json`` records the commit of the tree that was sent
-(``git describe --dirty`` here) and when. Prints the folder; refuses to overwrite one.
+``2026-11-27-NVIDIA_H100_80GB_HBM3``; ``kept.json`` records this checkout's commit (the tree that
+was sent, if unchanged since: ``dirty`` says) and when. Prints the folder; refuses to overwrite one.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import datetime as dt
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+from deploybench.provenance import git_state
 
 REPO = Path(__file__).resolve().parents[3]
 ARCHIVE = "results.tar.gz"
@@ -48,15 +49,8 @@ def keep(files_at: Path, results: Path) -> Path:
     if archive.exists():
         with tarfile.open(archive) as packed:
             packed.extractall(target, filter="data")
-    described = subprocess.run(
-        ["git", "describe", "--always", "--dirty"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
     kept = {
-        "tree": described or None,
+        "tree": git_state(REPO),  # this checkout's commit, and whether the tree differs from it
         "kept": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     (target / "kept.json").write_text(json.dumps(kept, indent=1) + "\n")
