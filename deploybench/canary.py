@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from .errors import DeploybenchError
+from .jobs import FRAMEWORK_DEVICE
 from .tensors import TensorSpec
 
 DTYPES = ("float32", "float16")
 STEPS = ("artifact", "repository", "server", *(f"request_{d}" for d in DTYPES))
 STEPS += tuple(f"perf_{d}" for d in DTYPES)
-TORCH_DEVICE = {"cpu": "cpu", "gpu": "cuda"}
 MAX_BATCH = 8
 WIDTH = 4  # elements a sample
 PERF_REQUESTS = 20  # requests a measurement window: a perf step lasts a few seconds
@@ -90,14 +90,14 @@ def write_artifact(path: Path, device: str) -> str:
     """The scripted module, run once on ``device`` in each type; what ran where."""
     import torch
 
-    class TwiceplusOne(torch.nn.Module):
+    class TwicePlusOne(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x * 2 + 1
 
-    where = TORCH_DEVICE[device]
+    where = FRAMEWORK_DEVICE[device]
     if where == "cuda" and not torch.cuda.is_available():
         raise CanaryFailed(f"torch {torch.__version__} sees no CUDA device")
-    module = torch.jit.script(TwiceplusOne())
+    module = torch.jit.script(TwicePlusOne())
     for dtype in DTYPES:
         x = torch.from_numpy(sample(dtype)).to(where)
         y = module(x).cpu().numpy()
@@ -193,8 +193,10 @@ def run(device: str, out: Path, deadline_s: float = 60.0) -> Report:
     report (``canary.json``) under ``out``."""
     from .server import TritonServer, graceful_signals
 
-    if device not in TORCH_DEVICE:
-        raise CanaryFailed(f"unknown device {device!r}; valid choices: {', '.join(TORCH_DEVICE)}")
+    if device not in FRAMEWORK_DEVICE:
+        raise CanaryFailed(
+            f"unknown device {device!r}; valid choices: {', '.join(FRAMEWORK_DEVICE)}"
+        )
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     report = Report(device, deadline_s, [])

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from .preflight import PreflightSpec
 
 log = logging.getLogger("deploybench")
-# Where the framework reference of a run is computed, by the run's device (gpus.<g>.device).
+# torch's device for a run's (gpus.<g>.device): where its framework reference is computed and
+# its fp16 TorchScript made (and where the canary runs its model).
 FRAMEWORK_DEVICE = {"cpu": "cpu", "gpu": "cuda"}
 
 

@@ -161,7 +161,7 @@ def report_set_runs(report_set):
 
 
 def report_set_results(report_set):
-    """The results of every run report set ``report_set`` shows (what the `cpu` target makes: set `cpu`)."""
+    """The results of every run report set ``report_set`` shows (the `cpu` target: set `cpu`)."""
     return results_of(report_set_runs(report_set))
 
 
