@@ -1,6 +1,7 @@
 """``deploybench summary <run dir>``: what one run measured, in a few lines of plain text.
 
-For a run directory (``results/<model>/<gpu>/<format>/<precision>``): the run, the accuracy
+For a run directory (``results/<model>/<gpu>/<format>/<precision>``): the run, what measured it
+(the GPUs nvidia-smi named, with their driver, else the CPU: its perf provenance), the accuracy
 verdict (``accuracy.csv``, ``task.csv``), a row per measured point of each scenario whose CSV
 exists (throughput ± the half-width of its 95 % interval, p99 latency, stable or why not), then
 the paths of the run's CSVs, charts (``<run>/plots/``) and report pages
@@ -12,6 +13,7 @@ Standard library only: it reads CSVs as text, so it answers at once.
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -109,6 +111,20 @@ def _number(text: str | None) -> float:
         return float(text) if text not in (None, "") else math.nan
     except ValueError:
         return math.nan
+
+
+def measured_on(run: Path) -> str | None:
+    """What measured the run, as its perf provenance recorded the host: each GPU as nvidia-smi
+    named it ("NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB"), else the CPU; None before a
+    measurement."""
+    for scenario in SCENARIOS:
+        path = run / f"{scenario}.provenance.json"
+        if path.is_file():
+            host = json.loads(path.read_text()).get("host") or {}
+            if host.get("gpus"):
+                return "; ".join(host["gpus"])
+            return f"CPU {host.get('cpu', '?')} ({host.get('cpu_count', '?')} cores)"
+    return None
 
 
 def accuracy_lines(run: Path) -> list[str]:
@@ -232,7 +248,11 @@ def summary(path: Path) -> str:
     """The summary of the run in ``path``, as printed."""
     run = find_run(path)
     parts: list[Sequence[str]] = [
-        [f"run {run.name} ({shown(run.path)})", *accuracy_lines(run.path)],
+        [
+            f"run {run.name} ({shown(run.path)})",
+            *([f"measured on {machine}"] if (machine := measured_on(run.path)) else []),
+            *accuracy_lines(run.path),
+        ],
         *(lines for s in SCENARIOS if (lines := scenario_lines(run.path, s))),
         file_lines(run),
     ]

@@ -6,6 +6,7 @@ perf_analyzer."""
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 from collections.abc import Iterator
@@ -296,6 +297,20 @@ def test_summary_of_a_run(run_dir):
         "reports/cpu/tft.html (after every tft run of the set)" in lines
     )
     assert len(lines) < 30
+
+
+def test_summary_names_what_measured_the_run(run_dir):
+    """The GPU and driver nvidia-smi named to the measuring job (its provenance), else the CPU:
+    a row is labelled by the machine, not only by its `gpus` entry."""
+    smi = "NVIDIA H200, 580.159.03, 143771 MiB"
+    (run_dir / "offline.provenance.json").write_text(json.dumps({"host": {"gpus": [smi]}}))
+    lines = summary(Path("results", RUN)).splitlines()
+    assert lines[1] == f"measured on {smi}"
+    cpu = {"host": {"gpus": [], "cpu": "AMD EPYC 9654", "cpu_count": 2}}
+    (run_dir / "offline.provenance.json").write_text(json.dumps(cpu))
+    assert (
+        summary(Path("results", RUN)).splitlines()[1] == "measured on CPU AMD EPYC 9654 (2 cores)"
+    )
 
 
 def test_summary_lists_the_charts_and_report_pages_that_exist(run_dir, tmp_path):

@@ -15,12 +15,13 @@ image, the kit's sizing) is said under the table.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 import yaml
+
+from deploybench.summary import measured_on
 
 REPO = Path(__file__).resolve().parents[3]
 PUBLISHED = REPO / "config" / "reference" / "published.csv"
@@ -38,14 +39,9 @@ def measured(results: Path, gpu: str, precision: str, scenario: str) -> pd.DataF
 
 
 def machine(results: Path, gpu: str, precision: str) -> str:
-    """What ran the run's measurements, from its provenance: the GPU and driver nvidia-smi
-    named ("NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB"), else the CPU; the entry if none."""
-    for scenario in SCENARIOS:
-        path = run_dir(results, gpu, precision) / f"{scenario}.provenance.json"
-        if path.exists():
-            host = json.loads(path.read_text()).get("host", {})
-            return "; ".join(host.get("gpus") or []) or f"CPU: {host.get('cpu', '?')}"
-    return gpu
+    """What ran the run's measurements (its provenance: the GPU and driver nvidia-smi named,
+    else the CPU); the entry before any measurement."""
+    return measured_on(run_dir(results, gpu, precision)) or gpu
 
 
 def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) -> str:
