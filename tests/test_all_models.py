@@ -1,9 +1,9 @@
 """Every model, in every format that runs on CPU: the real chain at smoke sizes.
 
 One `snakemake cpu` run with `config/smoke.yaml` layered over the shipped config (tiny networks,
-tiny perf grids), and TFT's fp16 TorchScript chain beside it: checkpoint → export → (convert) →
-repository → accuracy, task, offline and online CSVs, through real tritonserver and
-perf_analyzer processes.
+tiny perf grids): checkpoint → export → repository → accuracy, task, offline and online CSVs,
+through real tritonserver and perf_analyzer processes. (The CPU's fp16 chain, which rule `cpu`
+leaves out, runs in tests/test_gpu_kit.py as the GPU kit runs it.)
 """
 
 import csv
@@ -13,16 +13,7 @@ import pytest
 
 from deploybench import config as dbconfig
 from deploybench.models import load_family
-from tests.conftest import (
-    REPO,
-    SMOKE,
-    SMOKE_FP16_RUN,
-    SMOKE_FP16_TARGETS,
-    base_config,
-    planned_jobs,
-    run_snakemake,
-    smoke_config,
-)
+from tests.conftest import REPO, SMOKE, base_config, planned_jobs, run_snakemake, smoke_config
 
 pytestmark = pytest.mark.e2e
 
@@ -54,12 +45,12 @@ def test_every_model_has_a_cpu_run():
 
 def test_the_cpu_default_runs_fp16_and_rule_cpu_leaves_it_out():
     every = [r for r in dbconfig.all_runs(smoke_config()) if r.split("/")[1] == "cpu"]
-    assert SMOKE_FP16_RUN in every
+    assert "tft/cpu/ts-trace/fp16" in every
     assert {r.split("/")[3] for r in every} == {"fp32", "fp16"}
     assert {r.split("/")[3] for r in cpu_runs()} == {"fp32"}
 
 
-@pytest.mark.parametrize("run", [*cpu_runs(), SMOKE_FP16_RUN])
+@pytest.mark.parametrize("run", cpu_runs())
 def test_run_has_passing_accuracy_and_measurements(workdir, run):
     model = run.split("/")[0]
     settings = smoke_config()["models"][model]
@@ -77,7 +68,7 @@ def test_run_has_passing_accuracy_and_measurements(workdir, run):
 
 
 def test_nothing_left_to_do_after_the_run(workdir):
-    assert planned_jobs(run_snakemake(workdir, "-n", "cpu", *SMOKE_FP16_TARGETS)) == {}
+    assert planned_jobs(run_snakemake(workdir, "-n", "cpu")) == {}
 
 
 def test_smoke_file_layers_over_the_shipped_config(tmp_path):
@@ -86,17 +77,3 @@ def test_smoke_file_layers_over_the_shipped_config(tmp_path):
     result = run_snakemake(tmp_path, "-n", "cpu", "--configfile", str(SMOKE))
     assert result.returncode == 0, result.stderr[-3000:]
     assert planned_jobs(result)["online"] == len(cpu_runs())
-
-
-def test_the_fp16_run_is_served_with_fp16_tensors(workdir):
-    """What perf_analyzer sent the fp16 run: the served config's float inputs are FP16 (sent
-    as base64, deploybench.perf.BASE64_TYPES), as on a GPU; integer inputs keep their type."""
-    from tritonclient.grpc import model_config_pb2
-
-    from deploybench.triton_config import read_config
-
-    served = read_config(workdir / "results" / SMOKE_FP16_RUN / "repository/tft/config.pbtxt")
-    types = {model_config_pb2.DataType.Name(t.data_type) for t in served.input}
-    assert "TYPE_FP16" in types and "TYPE_FP32" not in types, types
-    provenance = workdir / "results" / SMOKE_FP16_RUN / "convert/model.pt.provenance.json"
-    assert '"device": "cpu"' in provenance.read_text()  # made on the run's device

@@ -22,9 +22,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from tritonclient.grpc import model_config_pb2
 
 from deploybench import plan as dbplan
 from deploybench.config import deep_merge
+from deploybench.triton_config import read_config
 from tests.conftest import (
     REPO,
     base_config,
@@ -203,6 +205,14 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
         assert "results/kit-in-process/torchscript_on_gpu.csv" in names
         assert "results/kit-canary/canary.json" in names
         archive.extractall(tmp_path / "back", filter="data")
+    # the CPU default's fp16 run, as a GPU's: fp16 TorchScript made on the run's device and
+    # served with FP16 tensors, which perf_analyzer was sent as base64 (perf.BASE64_TYPES)
+    fp16 = tree / runs[1]
+    served = read_config(fp16 / "repository/tft/config.pbtxt")
+    types = {model_config_pb2.DataType.Name(t.data_type) for t in served.input}
+    assert "TYPE_FP16" in types and "TYPE_FP32" not in types, types
+    conversion = json.loads((fp16 / "convert/model.pt.provenance.json").read_text())
+    assert conversion["conversion"]["parameters"]["device"] == "cpu"
     for run_dir in runs:
         back = tmp_path / "back" / run_dir
         assert pd.read_csv(back / "accuracy.csv")["passed"].all()

@@ -245,7 +245,7 @@ def test_gpu_target_resolves_full_chain(fresh):
         ("results/tft/cpu/tflite/fp32/offline.csv", "unknown format 'tflite'; valid choices:"),
         (
             "results/tft/cpu/onnx/fp64/accuracy.csv",
-            "precision 'fp64' is not available for tft/cpu/onnx; valid choices: fp32",
+            "precision 'fp64' is not available for tft/cpu/onnx; valid choices: fp16, fp32",
         ),
         (
             "results/tft/cpu/trt/fp32/online.csv",
