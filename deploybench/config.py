@@ -9,6 +9,7 @@ valid choices, so that Snakemake reports them when it builds the DAG.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,19 @@ def all_runs(config: dict[str, Any]) -> list[str]:
                     except ConfigError:
                         continue
     return runs
+
+
+def in_report_set(config: dict[str, Any], report_set: str, runs: Iterable[str]) -> list[str]:
+    """The ``runs`` (``model/gpu/format/precision``) report set ``report_set`` shows: those on
+    its GPUs, in its precisions (every precision where it names none)."""
+    settings = config["report"]["sets"][report_set]
+    precisions = settings.get("precisions")
+    return [
+        r
+        for r in runs
+        if r.split("/")[1] in settings["gpus"]
+        and (precisions is None or r.split("/")[3] in precisions)
+    ]
 
 
 def reference_model(config: dict[str, Any], model: str, dataset: str | None) -> str:

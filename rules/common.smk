@@ -148,16 +148,8 @@ def target_results():
 
 
 def report_set_runs(report_set):
-    """The runs report set ``report_set`` shows: every run the config allows on its GPUs, in
-    its precisions (all of them where it names none)."""
-    settings = config["report"]["sets"][report_set]
-    precisions = settings.get("precisions")
-    return [
-        r
-        for r in _runs()
-        if run_fields(r)[1] in settings["gpus"]
-        and (precisions is None or run_fields(r)[3] in precisions)
-    ]
+    """The runs report set ``report_set`` shows, of every run the config allows."""
+    return dbconfig.in_report_set(config, report_set, _runs())
 
 
 def report_set_results(report_set):

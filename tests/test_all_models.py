@@ -20,12 +20,8 @@ pytestmark = pytest.mark.e2e
 
 def cpu_runs():
     """What rule `cpu` runs: the runs of report set `cpu` (every model and format, fp32)."""
-    shown = smoke_config()["report"]["sets"]["cpu"]
-    return [
-        r
-        for r in dbconfig.all_runs(smoke_config())
-        if r.split("/")[1] in shown["gpus"] and r.split("/")[3] in shown["precisions"]
-    ]
+    config = smoke_config()
+    return dbconfig.in_report_set(config, "cpu", dbconfig.all_runs(config))
 
 
 def read_csv(path):

@@ -3,9 +3,10 @@
     python benchmarks/gpu/kit/beside_published.py RESULTS [--gpu H100-pip] [--published-gpu A100]
 
 ``RESULTS`` is the folder that holds ``results/`` (the kit's ``results.tar.gz`` unpacked). For
-each scenario and point the kit measured, one line: the published row of TFT's data set
-(``models.tft.dataset``: electricity; the page also has traffic rows) at the same batch and
-concurrency (DLE's A100 "FP16" rows, which ran fp32 weights: ``models.tft.published_ran``), then
+each scenario and point the kit measured, one line: the published row at the same batch and
+concurrency that ``tft/<published GPU>/ts-trace/fp32`` reproduces (``report.published_rows``:
+TFT's data set, electricity, not the page's traffic rows; DLE's A100 "FP16" rows, which ran fp32
+weights: ``models.tft.published_ran``), then
 each precision the kit ran, throughput ± its 95 % interval and p99. Points the kit measured that
 the page did not publish show "—". The columns name the GPU and driver nvidia-smi gave the
 run's jobs (its provenance), not only the entry. What differs (GPU, the python backend, no NGC
@@ -19,13 +20,16 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
+from deploybench.cli import load_config
+from deploybench.report import published_rows
 from deploybench.summary import measured_on
 
 REPO = Path(__file__).resolve().parents[3]
 PUBLISHED = REPO / "config" / "reference" / "published.csv"
 CONFIG = REPO / "config" / "config.yaml"
+# the run the published ts-trace rows reproduce (their "FP16" label ran fp32)
+REPRODUCED = "tft/{gpu}/ts-trace/fp32"
 SCENARIOS = ("offline", "online")
 
 
@@ -45,14 +49,9 @@ def machine(results: Path, gpu: str, precision: str) -> str:
 
 
 def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) -> str:
-    dataset = yaml.safe_load(CONFIG.read_text())["models"]["tft"]["dataset"]
-    published = pd.read_csv(PUBLISHED)
-    published = published[
-        (published["model"] == "tft")
-        & (published["dataset"] == dataset)
-        & (published["gpu"] == published_gpu)
-        & (published["format"] == "ts-trace")
-    ]
+    config = load_config(CONFIG)
+    dataset = config["models"]["tft"]["dataset"]
+    published = published_rows(config, pd.read_csv(PUBLISHED), REPRODUCED.format(gpu=published_gpu))
     header = ["scenario", "batch", "concurrency", f"{published_gpu} published: infer/s, p99 ms"]
     header += [
         f"{machine(results, gpu, p)} ({gpu} {p}): infer/s ± 95 %, p99 ms" for p in precisions
