@@ -1,12 +1,23 @@
 # deploybench: checkpoint -> export -> convert -> Triton repository -> accuracy and perf CSVs,
 # keyed on {model}/{gpu}/{format}/{precision}. See README.md.
 
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The working directory's config/config.yaml where it has one (a deployed workflow's, laid out
+# as snakedeploy does), else the workflow's own: Snakemake reads a relative `configfile:` from
+# the working directory only (snakemake 9.27.1 workflow.py, Workflow.configfile), so a run from
+# another directory would stop there.
+CONFIG_FILE = Path("config/config.yaml")
+if not CONFIG_FILE.is_file():
+    CONFIG_FILE = Path(workflow.basedir) / CONFIG_FILE
+
+
+configfile: CONFIG_FILE
 
 
 include: "rules/common.smk"

@@ -237,6 +237,15 @@ def test_gpu_target_resolves_full_chain(fresh):
     }
 
 
+def test_runs_from_a_working_directory_without_a_config(tmp_path):
+    """`snakemake -s <checkout>/Snakefile` from another directory reads the workflow's own
+    config/config.yaml (a relative `configfile:` is read from the working directory only)."""
+    result = run_snakemake(tmp_path, "-n", "results/tft/A30/trt/fp16/online.csv")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert planned_jobs(result)["online"] == 1
+    assert not (tmp_path / "config").exists()
+
+
 @pytest.mark.parametrize(
     ("target", "message"),
     [
