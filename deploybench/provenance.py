@@ -52,6 +52,22 @@ def perf_analyzer_version() -> str | None:
     return f"tritonclient {dist[-1].name.split('-')[1]}" if dist else str(binary)
 
 
+# The workflow's source tree's git state, as the driver read it (rules/common.smk): a job runs
+# in the working directory, which need not be the source tree, and in a container that has no
+# git or no view of the tree's .git.
+SOURCE_GIT_ENV = "DEPLOYBENCH_SOURCE_GIT"
+
+
+def source_git_state() -> dict[str, Any]:
+    """The git state the driver recorded for the workflow's source tree, else that of the
+    tree holding this package."""
+    recorded = os.environ.get(SOURCE_GIT_ENV)
+    if recorded:
+        state: dict[str, Any] = json.loads(recorded)
+        return state
+    return git_state(Path(__file__).resolve().parent.parent)
+
+
 def git_state(repo: Path | None = None) -> dict[str, Any]:
     cwd = repo or Path.cwd()
     try:
@@ -137,7 +153,7 @@ def collect(result: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]
         "python": sys.version.split()[0],
         "software": package_versions(),
         "perf_analyzer": perf_analyzer_version(),
-        "git": git_state(),
+        "git": source_git_state(),
         "host": host(),
         "container": container(),
         "config": config,

@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import re
+from pathlib import Path
 
 from snakemake.logging import logger
 from snakemake.utils import validate
@@ -19,6 +20,7 @@ from deploybench import config as dbconfig
 from deploybench import engines as dbengines
 from deploybench import images
 from deploybench import plan as dbplan
+from deploybench import provenance
 from deploybench import schedule as dbschedule
 from deploybench import search as dbsearch
 
@@ -32,6 +34,8 @@ try:  # the options the SLURM executor plugin sets itself (its own table), where
 except ImportError:
     get_forbidden_slurm_options = dict
 dbplan.check_slurm_extra(config, get_forbidden_slurm_options())
+# Results record the git state of this source tree, not of the working directory.
+os.environ[provenance.SOURCE_GIT_ENV] = json.dumps(provenance.git_state(Path(workflow.basedir)))
 USE_APPTAINER = (
     DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
 )

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploybench import stats
+from deploybench import provenance, stats
 from deploybench.checkpoint import write_seeded_checkpoint
 from deploybench.columns import INTERVAL_COLUMNS, TRIAL_COLUMNS
 from deploybench.config import deep_merge
 from deploybench.models import load_family
 from deploybench.perf import COLUMNS
 from tests.conftest import (
+    REPO,
     SMOKE,
     SMOKE_TFT_CHECKPOINT,
     base_config,
@@ -140,7 +141,8 @@ def test_results_have_provenance(workdir):
         assert prov["software"]["torch"].startswith("2.13")
         assert prov["tritonserver"]["version"]
         assert prov["host"]["cpu_count"] >= 1 and prov["container"]["runtime"] == "native venv"
-        assert "commit" in prov["git"]
+        # the source tree's commit, though the working directory is no checkout
+        assert prov["git"] == provenance.git_state(REPO)
     offline = json.loads((workdir / RUN / "offline.provenance.json").read_text())
     assert offline["config"]["points"] == [
         {"batch": 1, "concurrency": 1},
