@@ -91,6 +91,11 @@ class LockError(DeploybenchError, ValueError):
     requirements or image settings than the config's now (stale), or does not cover them."""
 
 
+class ImageBuildError(DeploybenchError, RuntimeError):
+    """An image cannot be built here: an Apptainer older than the definitions need, or no
+    network to pull the base and install the lock."""
+
+
 class ResolveError(DeploybenchError, RuntimeError):
     """The resolver (uv) could not lock an image's requirements."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 from . import locks
 from .config import ConfigError
+from .errors import ImageBuildError
 from .io import atomic_path, sha256_of, write_json
 
 IMAGE_DIR = "images"
@@ -141,9 +143,41 @@ def build_command(
     return [*cmd, str(out), definition]
 
 
+# The oldest Apptainer that builds envs/*.def as written. 1.2.x drops an empty %arguments
+# default (SOURCE=, SHIPS=: "build var SOURCE is not defined") and skips a --build-arg holding a
+# second "=" (SHIPS=torch==2.6.0a0+...), so the image's "ships" check is skipped: v1.2.5
+# cmd/internal/cli/build_linux.go getKeyVal splits with strings.SplitN(text, "=", -1). v1.3.0
+# moved it to internal/pkg/build/args/args.go with SplitN(text, "=", 2), and 881a781ab ("Allow
+# templated build arguments to definition files to have empty values") is first in v1.3.0-rc.1.
+APPTAINER_FLOOR = (1, 3, 0)
+
+
 def apptainer_version(apptainer: str) -> str:
     out = subprocess.run([apptainer, "--version"], capture_output=True, text=True, check=True)
     return out.stdout.strip()
+
+
+def check_apptainer(apptainer: str) -> str:
+    """``apptainer --version``'s answer, if it is at least ``APPTAINER_FLOOR``."""
+    floor = ".".join(map(str, APPTAINER_FLOOR))
+    try:
+        answer = apptainer_version(apptainer)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ImageBuildError(f"cannot run `{apptainer} --version`: {exc}") from exc
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)", answer)
+    if "apptainer" not in answer.lower() or found is None:
+        raise ImageBuildError(
+            f"`{apptainer} --version` says {answer!r}: the images are built with Apptainer "
+            f">= {floor} (SingularityCE's build arguments differ)"
+        )
+    version = tuple(int(part) for part in found.groups())
+    if version < APPTAINER_FLOOR:
+        raise ImageBuildError(
+            f"Apptainer {'.'.join(map(str, version))} cannot build envs/*.def: it drops empty "
+            f"%arguments defaults and skips build arguments holding a second '=' (fixed in "
+            f"1.3.0). Use Apptainer >= {floor} (a newer module, or apptainer.org's release)"
+        )
+    return answer
 
 
 def build(
@@ -159,6 +193,7 @@ def build(
     """Build the image into a temporary file, move it into place, and write its record. A lock
     that is missing or stale (made from other requirements or settings) fails first, offline."""
     definition = str(image["definition"])
+    apptainer_answer = check_apptainer(apptainer)
     spec = locks.lock_spec(name, image, image.get("source_tree") or source_tree())
     lock_sha256 = locks.check_current(spec)
     args = build_args(image)
@@ -179,7 +214,7 @@ def build(
             "lock_sha256": lock_sha256,
             "build_args": args,
             "bases": {k: image[k] for k in ("from", "sdk") if k in image},
-            "apptainer": apptainer_version(apptainer),
+            "apptainer": apptainer_answer,
             "built": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
     write_json(record_out, record)

@@ -19,6 +19,7 @@ import pytest
 from deploybench import images
 from deploybench.checkpoint import write_seeded_checkpoint
 from deploybench.config import ConfigError
+from deploybench.errors import ImageBuildError
 from deploybench.io import sha256_of
 from deploybench.models import load_family
 from tests.conftest import (
@@ -81,6 +82,30 @@ def test_definitions_use_the_build_args_they_are_given():
     assert "From: {{ SDK }}" in triton and "Stage: sdk" in triton
     assert "From: {{ FROM }}" in triton and "%files from sdk" in triton
     assert "perf_analyzer" in triton
+
+
+@pytest.mark.parametrize("version", ["1.2.3", "1.2.5"])
+def test_an_apptainer_below_the_floor_is_refused_before_the_build(tmp_path, monkeypatch, version):
+    """Apptainer 1.2.x drops the definitions' empty %arguments defaults and skips SHIPS: the
+    build stops before it starts, naming the version and the floor."""
+    monkeypatch.setenv("APPTAINER_STANDIN_VERSION", version)
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("APPTAINER_STANDIN_LOG", str(log))
+    image = images.in_source_tree(base_config()["images"]["pytorch-25.01"], REPO)
+    out = tmp_path / "images" / "pytorch-25.01.sif"
+    with pytest.raises(ImageBuildError, match=rf"Apptainer {version} cannot build .*>= 1\.3\.0"):
+        images.build(
+            name="pytorch-25.01",
+            image=image,
+            out=str(out),
+            record_out=str(out.with_suffix(".json")),
+            log_file=str(tmp_path / "build.log"),
+            apptainer=str(STANDIN / "apptainer"),
+        )
+    assert [call[0] for call in _calls(log)] == ["--version"]  # nothing built
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+    monkeypatch.setenv("APPTAINER_STANDIN_VERSION", "1.3.0")
+    assert "1.3.0" in images.check_apptainer(str(STANDIN / "apptainer"))
 
 
 def test_unknown_image_name_is_a_config_error():
