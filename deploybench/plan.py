@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
@@ -1113,11 +1113,17 @@ def runtime_minutes(
 # ---------------------------------------------------------------------------- preflight
 
 
-def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpec:
+def plan_preflight(
+    config: dict[str, Any],
+    gpu: str,
+    image: str,
+    role_modules: Mapping[str, Sequence[str]] | None = None,
+) -> PreflightSpec:
     """The preflight job of ``image`` on ``gpu``: what the runs on that GPU need of the image
     (the Triton backends its runs serve with, the TensorRT converter's trtexec flags, the
-    converters whose TensorRT engines it builds or loads, the frameworks whose CUDA must work),
-    where it runs, and the image's release facts."""
+    converters whose TensorRT engines it builds or loads, the frameworks whose CUDA must work,
+    the modules the jobs of its roles import: ``role_modules``, deploybench.job_imports), where
+    it runs, and the image's release facts."""
     gpus = config["gpus"]
     if gpu not in gpus:
         raise ConfigError(f"unknown gpu {gpu!r}; valid choices: {', '.join(sorted(gpus))}")
@@ -1168,6 +1174,7 @@ def plan_preflight(config: dict[str, Any], gpu: str, image: str) -> PreflightSpe
         "device": str(settings["device"]),
         "image": image,
         "role": role,
+        "modules": sorted({m for r in roles for m in (role_modules or {}).get(r, ())}),
         "release": plain(image_settings.get("release")),
         "frameworks": frameworks,
         "backends": backends,

@@ -59,16 +59,6 @@ DEVICES = ("gpu", "cpu")
 ROLES = ("framework", "triton")
 FRAMEWORKS = ("torch", "tensorflow")
 BACKENDS = ("python", "onnxruntime", "pytorch", "tensorrt", "tensorflow")
-# What each role's jobs import (deploybench_imports): a module that fails here fails its job.
-ROLE_MODULES = {
-    "framework": ("deploybench.export", "deploybench.convert", "deploybench.checkpoint"),
-    "triton": (
-        "deploybench.accuracy",
-        "deploybench.perf",
-        "deploybench.server",
-        "deploybench.triton_client",
-    ),
-}
 # Where NGC tritonserver images keep their backends (tritonserver's default backend directory).
 NGC_BACKEND_DIR = Path("/opt/tritonserver/backends")
 # Where NGC framework images keep trtexec when it is not on PATH.
@@ -91,6 +81,7 @@ class PreflightSpec(TypedDict):
     device: str  # gpus.<g>.device: gpu | cpu
     image: str  # config key of the image
     role: str  # framework | triton
+    modules: list[str]  # what the jobs of the rules declaring this image import (job_imports)
     release: dict[str, Any] | None  # images.<image>.release (python, cuda, driver, ships)
     frameworks: list[str]  # python modules whose CUDA visibility to check
     backends: list[str]  # Triton backends the runs serve with (triton role)
@@ -1027,7 +1018,7 @@ def check_image(spec: PreflightSpec) -> Check:
 
 def check_deploybench_imports(spec: PreflightSpec) -> Check:
     name = "deploybench_imports"
-    modules = ["deploybench", "deploybench.jobs", *ROLE_MODULES[spec["role"]]]
+    modules = ["deploybench", *spec["modules"]]
     info, why = python_probe(IMPORTS_PROBE, modules, IMPORTS_TIMEOUT_S)
     if not info:
         return Check(name, FAIL, f"the import probe failed: {why}", "see the job's log")

@@ -19,6 +19,7 @@ from deploybench import chart_names
 from deploybench import config as dbconfig
 from deploybench import engines as dbengines
 from deploybench import images
+from deploybench import job_imports
 from deploybench import plan as dbplan
 from deploybench import provenance
 from deploybench import schedule as dbschedule
@@ -35,7 +36,9 @@ except ImportError:
     get_forbidden_slurm_options = dict
 dbplan.check_slurm_extra(config, get_forbidden_slurm_options())
 # Results record the git state of this source tree, not of the working directory.
-os.environ[provenance.SOURCE_GIT_ENV] = json.dumps(provenance.git_state(Path(workflow.basedir)))
+os.environ[provenance.SOURCE_GIT_ENV] = json.dumps(
+    provenance.git_state(Path(workflow.basedir))
+)
 USE_APPTAINER = (
     DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
 )
@@ -195,7 +198,34 @@ def container_of(role):
         name = image_of(w.model, role)
         return images.container_uri(name, config["images"][name])
 
+    image.role = (
+        role  # what the image must import follows from it (deploybench.job_imports)
+    )
     return image
+
+
+def snakemakes_own(w):
+    """For `container:` of a rule that runs where Snakemake runs, in its environment, with
+    `--sdm apptainer` too: no image (rules/report.smk says why)."""
+    return None
+
+
+snakemakes_own.role = job_imports.DRIVER_ROLE
+
+
+def container_of_image(w):
+    """For `container:` of a job for any image (`{image}`): that image."""
+    return images.container_uri(w.image, config["images"][w.image])
+
+
+container_of_image.role = job_imports.EVERY_ROLE
+
+
+@functools.cache
+def image_role_imports():
+    """Role → what the jobs of the rules declaring its image import (read once all rules are
+    defined: at job time)."""
+    return job_imports.role_imports(job_imports.rules_by_role(workflow.rules))
 
 
 def image_input(role):
@@ -222,7 +252,7 @@ RUN_TARGET = re.compile(r"^results/([^/]+)/([^/]+)/([^/]+)/([^/]+)/")
 
 @functools.cache
 def _preflight_plan(gpu, image):
-    return dbplan.plan_preflight(config, gpu, image)
+    return dbplan.plan_preflight(config, gpu, image, image_role_imports())
 
 
 def preflight_spec(wildcards):

@@ -33,7 +33,7 @@ rule preflight_check:
     # a failed check fails the same way again: no retry (profiles/slurm retries other jobs)
     retries: 0
     container:
-        lambda w: images.container_uri(w.image, config["images"][w.image])
+        container_of_image
     resources:
         **preflight_resources(),
         mem_mb=4000,

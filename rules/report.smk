@@ -1,5 +1,13 @@
 # Plots and reports. They read finished CSVs and never rerun a measurement: changing a plot
-# option reruns plots and reports only.
+# option reruns plots and reports only. They run where Snakemake runs, in its environment (the
+# driver's venv holds Altair and vl-convert, envs/driver.txt), never in an image or on a cluster
+# node: no image's lock holds them (NGC's bases do not; adding them to every image would pin a
+# second Vega-Lite per image), they need no GPU, and a chart is seconds of one core.
+
+
+localrules:
+    plots,
+    model_report,
 
 
 rule plots:
@@ -22,7 +30,7 @@ rule plots:
     log:
         f"{LOG_DIR}/plots.log",
     container:
-        container_of("framework")
+        snakemakes_own
     params:
         spec=plots_spec,
     script:
@@ -44,7 +52,7 @@ rule model_report:
     log:
         "logs/reports/{report_set}/{model}.log",
     container:
-        container_of("framework")
+        snakemakes_own
     params:
         spec=report_spec,
     script:

@@ -127,7 +127,7 @@ rule search_plots:
     log:
         f"{LOG_DIR}/search/plots.log",
     container:
-        container_of("framework")
+        snakemakes_own
     params:
         spec=search_plots_spec,
     script:

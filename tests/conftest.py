@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import importlib.util
 import os
 import re
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import psutil
@@ -66,6 +67,35 @@ def orchestration_config() -> dict[str, Any]:
     config = smoke_config()
     config["sizings"]["cpu"]["tft"]["perf"].update(ONCE_A_POINT)
     return config
+
+
+# The workflow's rules as Snakemake parses them (its API, in a process of its own: the Snakefile
+# sets up logging and the environment), each with the `role` of its `container:` function.
+WORKFLOW_RULES_PROBE = """
+import json, sys, tempfile
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import OutputSettings, ResourceSettings
+with tempfile.TemporaryDirectory() as work, SnakemakeApi(OutputSettings(quiet=True)) as api:
+    workflow = api.workflow(
+        resource_settings=ResourceSettings(cores=1), snakefile=Path(sys.argv[1]), workdir=Path(work)
+    )
+    workflow.dag()
+    rules = workflow._workflow.rules
+    print(json.dumps([[r.name, getattr(r.container_img, "role", None)] for r in rules]))
+"""
+
+
+def workflow_rules() -> list[Any]:
+    """The Snakefile's rules: ``name`` and ``container_img`` (with its ``role``, or None)."""
+    out = subprocess.run(
+        [sys.executable, "-c", WORKFLOW_RULES_PROBE, str(REPO / "Snakefile")],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    ).stdout  # fmt: skip
+    return [
+        SimpleNamespace(name=name, container_img=SimpleNamespace(role=role) if role else None)
+        for name, role in json.loads(out.splitlines()[-1])
+    ]
 
 
 def write_config(workdir: Path, config: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from deploybench import images
+from deploybench import images, job_imports, locks
 from deploybench.checkpoint import write_seeded_checkpoint
 from deploybench.config import ConfigError
 from deploybench.errors import ImageBuildError
@@ -29,6 +29,7 @@ from tests.conftest import (
     orchestration_config,
     planned_jobs,
     run_snakemake,
+    workflow_rules,
     write_config,
 )
 
@@ -106,6 +107,35 @@ def test_an_apptainer_below_the_floor_is_refused_before_the_build(tmp_path, monk
     assert not out.parent.exists() or not any(out.parent.iterdir())
     monkeypatch.setenv("APPTAINER_STANDIN_VERSION", "1.3.0")
     assert "1.3.0" in images.check_apptainer(str(STANDIN / "apptainer"))
+
+
+def test_every_image_holds_what_its_jobs_import():
+    """What the jobs of the rules declaring an image import (read from the jobs' code) comes
+    from that image's lock or the packages its base ships; the charts and reports, which no
+    image's lock holds, run where Snakemake runs."""
+    by_role = job_imports.rules_by_role(workflow_rules())
+    assert set(by_role) == {"framework", "triton", job_imports.DRIVER_ROLE}
+    assert {"plots", "model_report", "search_plots"} <= set(by_role[job_imports.DRIVER_ROLE])
+    assert "preflight_check" in by_role["framework"] and "preflight_check" in by_role["triton"]
+    role_modules = job_imports.role_imports(by_role)
+    config = base_config()
+    for name, image in config["images"].items():
+        roles = {
+            role
+            for model in config["models"].values()
+            for role, used in model["containers"].items()
+            if used == name
+        }
+        modules = sorted({m for role in roles for m in role_modules[role]})
+        held = set(locks.parse_lock((REPO / image["lock"]).read_text()))
+        held |= {locks.canonical(n) for n in image["release"]["ships"]}
+        imported = job_imports.distributions_imported(modules)
+        missing = {
+            top: dists
+            for top, dists in imported.items()
+            if not {locks.canonical(d) for d in dists} & held
+        }
+        assert roles and not missing, (name, sorted(roles), missing)
 
 
 def test_unknown_image_name_is_a_config_error():

@@ -18,11 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, base_config, write_config
+from deploybench import job_imports
+from tests.conftest import REPO, base_config, workflow_rules, write_config
 from tests.test_slurm import STANDIN_BIN, job_resources
 
 # What only the jobs import (in their images): none of it may be needed to build the DAG.
-JOB_ONLY = ("torch", "tensorflow", "pytriton", "tritonclient", "google.protobuf", "onnx", "altair")
+JOB_ONLY = ("torch", "tensorflow", "pytriton", "tritonclient", "google.protobuf", "onnx")
+# The charts' (drawn by the driver, rules/report.smk): not needed to build the DAG either.
+CHARTS = ("altair", "vl_convert")
+
 A30_RUN = "tft/A30/trt/fp16"
 
 
@@ -58,7 +62,7 @@ def test_driver_pins_are_the_full_setups():
     full = {**_requirements(envs / "requirements.txt"), **_requirements(envs / "constraints.txt")}
     assert set(driver) == {
         "snakemake", "snakemake-executor-plugin-slurm", "snakemake-executor-plugin-slurm-jobstep",
-        "pyyaml", "jsonschema",
+        "pyyaml", "jsonschema", "altair", "vl-convert-python",
     }  # fmt: skip
     for name, spec in driver.items():
         assert spec == full[name], (name, spec, full[name])
@@ -74,7 +78,7 @@ def test_dag_modules_import_no_job_framework():
         "import importlib, json, sys\n"
         f"for m in {modules!r}:\n"
         "    importlib.import_module('deploybench.' + m)\n"
-        f"print(json.dumps(sorted(n for n in {JOB_ONLY!r} if n in sys.modules)))\n"
+        f"print(json.dumps(sorted(n for n in {JOB_ONLY + CHARTS!r} if n in sys.modules)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
@@ -98,6 +102,20 @@ def test_driver_has_no_job_frameworks(driver):
         [str(driver / "python"), "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert json.loads(out) == dict.fromkeys(JOB_ONLY, False)
+
+
+def test_driver_imports_what_its_rules_jobs_import(driver):
+    """The charts and reports run in the driver's venv: what their jobs import (read from the
+    jobs' code, deploybench.job_imports) imports there."""
+    rules = job_imports.rules_by_role(workflow_rules())[job_imports.DRIVER_ROLE]
+    modules = job_imports.role_imports({"driver": rules})["driver"]
+    assert "altair" in modules and "deploybench.plots" in modules
+    probe = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    result = subprocess.run(
+        [str(driver / "python"), "-c", probe, *modules],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_driver_names_how_to_get_a_python(tmp_path):
