@@ -25,6 +25,7 @@ from . import provenance as sidecar
 from .io import write_csv, write_json, write_text
 from .models import load_family
 from .process import stop_with_snakemake
+from .searchpaths import confine_to_image
 
 if TYPE_CHECKING:
     from .plan import (
@@ -900,6 +901,8 @@ def run_rule(smk: Any) -> None:
     if smk.rule not in JOBS:
         raise ValueError(f"no job for rule {smk.rule!r}; valid choices: {', '.join(sorted(JOBS))}")
     setup_logging(smk.log[0] if smk.log else None)
+    # In a container: nothing more from the driver's environment than Snakemake itself.
+    confine_to_image()
     # Killed outright, Snakemake cannot stop its jobs: each stops itself when it sees it die.
     stop_with_snakemake()
     job = JOBS[smk.rule]

@@ -214,10 +214,10 @@ class TritonServer:
         )
 
     def metadata(self) -> dict[str, object]:
-        """The server's ``/v2`` metadata (name, version, extensions)."""
+        """The server's ``/v2`` metadata (name, version, extensions) and the binary that runs."""
         with urllib.request.urlopen(f"http://{self.http_url}/v2", timeout=10) as response:
             data: dict[str, object] = json.loads(response.read())
-        return data
+        return {**data, "binary": self.command()[0]}
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -22,6 +22,7 @@ from deploybench.config import ConfigError
 from deploybench.errors import ImageBuildError
 from deploybench.io import sha256_of
 from deploybench.models import load_family
+from tests import standin_image
 from tests.conftest import (
     BIN,
     REPO,
@@ -343,6 +344,11 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
         record = json.loads((work / expected_image[role]).with_suffix(".json").read_text())
         assert container["image"] == expected_image[role]
         assert container["sha256"] == record["sha256"] == sha256_of(work / expected_image[role])
+        # run by the image's Python and tritonserver, none of the driver's (not pytriton's
+        # server through Snakemake's search paths)
+        provenance = json.loads((work / RUN / f"{name}.provenance.json").read_text())
+        assert provenance["python"] == standin_image.image_python_version()
+        assert provenance["tritonserver"]["binary"] == "/opt/tritonserver/bin/tritonserver"
         assert "standin" in container["record"]["apptainer"]  # the record says what built it
         # and what it installed: the lock's digest
         lock = src / container["record"]["lock"]
