@@ -33,6 +33,14 @@ def check_gpu_runs_image(config: Mapping[str, Any], gpu: str, image: str) -> Non
     if settings["device"] != "gpu" or "minimum" not in supported:
         return
     have, minimum = str(settings["compute_capability"]), str(supported["minimum"])
+    maximum = supported.get("maximum")
+    if maximum is not None and capability(have) > capability(str(maximum)):
+        raise ConfigError(
+            f"gpu {gpu!r} (compute capability {have}) cannot run image {image!r}: it drives "
+            f"compute capability up to {maximum} only ({supported['maximum_why']}; "
+            f"images.{image}.release.compute_capability.maximum). Pin a torch built for it in "
+            f"the image's lock, or run {gpu!r} with another image"
+        )
     if capability(have) >= capability(minimum):
         return
     dropped = (config.get("compute_capabilities") or {}).get(have) or {}

@@ -1,8 +1,9 @@
 """Containers: which image wraps which job, how images are built, and what results record.
 
 No container runtime runs here (../shared/notes/apptainer.md), so the end-to-end test puts the
-clearly named stand-in tests/bin/apptainer on PATH: it records each call and runs the inner
-command natively. The real CPU chain runs through Snakemake's `--sdm apptainer` code path, and
+clearly named stand-in tests/bin/apptainer on PATH: it records each call, builds each image as
+an environment of another Python holding only the image's lock and base (tests/standin_image.py)
+and runs the inner command in a mount namespace laid out as a container's. The real CPU chain runs through Snakemake's `--sdm apptainer` code path, and
 the test asserts the exact `apptainer` command lines each job got.
 """
 
@@ -250,7 +251,7 @@ def test_standin_mounts_as_apptainer_does(tmp_path):
     assert "host_file=1" in out  # what is not bound is not there
     assert f"home={tree} " in out and f"pwd={tree}" in out
     # the image's PATH, not the host's: the stand-in's image is this venv
-    assert f"path={BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in out
+    assert f"path={BIN}:/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in out
     assert (tree / "results.csv").exists() and not (package / "x.py").exists()
     missing = _standin(tree, "exec", "--home", str(tree), str(tmp_path / "no.sif"), "true")
     assert missing.returncode == 255 and "could not open image" in missing.stderr
@@ -261,7 +262,9 @@ def test_standin_mounts_as_apptainer_does(tmp_path):
 def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_path, layout):
     """The CPU chain with every job in its (stand-in) container, from a checkout, where the
     working directory is the source tree and the package bound read-only lies inside the job's
-    read-write home. (`layout="workdir"`, a working directory of its own, passes too; CI leaves
+    read-write home. The images are environments of another Python holding only what each
+    image's lock and base hold (tests/standin_image.py); the charts and the report page, drawn
+    where Snakemake runs, are made too. (`layout="workdir"`, a working directory of its own, passes too; CI leaves
     it to tests/test_slurm.py's chain, which runs the same jobs under the same stand-in from a
     working directory of its own.)"""
     if reason := standin_cannot_isolate():
@@ -281,7 +284,9 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
     tft["checkpoint"] = str(checkpoint)
     write_config(work, config)
     log = tmp_path / "apptainer-calls.jsonl"
-    targets = [f"{RUN}/{name}" for name in ("accuracy.csv", "offline.csv", "online.csv")]
+    # the default target: the run's results, its charts and its model's report page
+    assert config["targets"] == ["tft/cpu/onnx/fp32"] and RUN.endswith(config["targets"][0])
+    targets: list[str] = []
 
     def snakemake(*args: str):
         return run_snakemake(
@@ -330,9 +335,12 @@ def test_cpu_chain_under_sdm_apptainer_wraps_every_job_in_its_pinned_image(tmp_p
         assert str(package_root) not in [(b.split(":") * 2)[1] for b in binds]  # not the tree
         assert options[options.index("--env") + 1] == f"PYTHONPATH={package_root}"
         assert call[-3:-1] == ["bash", "-c"]
+    # the charts and the report were drawn too, where Snakemake runs (in no image)
     assert sorted(scripts) == sorted(
         ["checkpoint.py", "export.py", "repository.py", "accuracy.py", "perf.py", "perf.py"]
     )
+    assert (work / "reports" / "targets" / "tft.html").is_file()
+    assert list((work / RUN / "plots").glob("*.svg"))
 
     # every result names the image that produced it, with the build record's digest
     for name, role in (
