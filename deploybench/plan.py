@@ -1145,13 +1145,15 @@ def plan_preflight(
     ]
     roles = used[image]
     role = "triton" if "triton" in roles else "framework"
-    frameworks = sorted(
-        {
-            FRAMEWORK_MODULES[framework_of(config["models"][r.model]["module"])]
-            for r in runs
-            if config["models"][r.model]["containers"].get(role) == image
-        }
-    )
+    # the frameworks whose CUDA this image's jobs use: not the Triton image's TensorFlow, whose
+    # accuracy reference runs on the CPU (CPU_REFERENCE_FRAMEWORKS)
+    frameworks: set[str] = set()
+    for r in runs:
+        if config["models"][r.model]["containers"].get(role) != image:
+            continue
+        framework = framework_of(config["models"][r.model]["module"])
+        if not (role == "triton" and framework in CPU_REFERENCE_FRAMEWORKS):
+            frameworks.add(FRAMEWORK_MODULES[framework])
     backends = sorted({str(r.serving["backend"]) for r in runs}) if role == "triton" else []
     converts_with_tensorrt = "framework" in roles and any(
         r.conversion is not None and r.conversion.converter == "tensorrt" for r in runs
@@ -1176,7 +1178,7 @@ def plan_preflight(
         "role": role,
         "modules": sorted({m for r in roles for m in (role_modules or {}).get(r, ())}),
         "release": plain(image_settings.get("release")),
-        "frameworks": frameworks,
+        "frameworks": sorted(frameworks),
         "backends": backends,
         "trtexec_flags": tensorrt_flags() if converts_with_tensorrt else [],
         "tensorrt_engines": engines,
@@ -1187,6 +1189,9 @@ def plan_preflight(
 
 # The module whose CUDA a framework's jobs use.
 FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow"}
+# Frameworks whose accuracy reference runs on the CPU in the Triton image, whatever the run's
+# device (models/base.py KerasFamily.framework_outputs says why).
+CPU_REFERENCE_FRAMEWORKS = ("tensorflow",)
 
 
 def tensorrt_flags() -> list[str]:

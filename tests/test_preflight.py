@@ -329,3 +329,52 @@ def test_image_check_names_a_built_or_a_prebuilt_image_with_its_digest(tmp_path,
     check = preflight.check_image(spec)
     assert check.status == "pass" and "prebuilt, used as is" in check.detail
     assert sha256_of(prebuilt) in check.detail
+
+
+# --------------------------------------------------------------- a framework's CUDA, probed
+
+
+def _framework_check(monkeypatch, info: dict[str, Any]) -> preflight.Check:
+    monkeypatch.setattr(preflight, "python_probe", lambda *a: (info, ""))
+    spec = spec_of("A30", "triton-25.01")
+    return preflight.check_framework_cuda(spec, preflight.GpuProbe([], None))
+
+
+SEES_A_B200 = {
+    "module": "torch", "version": "2.6.0+cu124", "cuda": "12.4", "available": True,
+    "devices": 1, "names": ["NVIDIA B200"], "capability": "10.0",
+    "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
+}  # fmt: skip
+
+
+def test_a_framework_that_sees_the_gpu_but_has_no_kernels_for_it_fails(monkeypatch):
+    """is_available() is not enough: the probe runs a kernel (torch 2.6.0 from PyPI on a B200:
+    "no kernel image is available for execution on the device")."""
+    error = "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    check = _framework_check(monkeypatch, {**SEES_A_B200, "kernel_error": error})
+    assert check.status == preflight.FAIL
+    assert "sees the GPU but cannot run on it: RuntimeError: CUDA error: no kernel image" in (
+        check.detail
+    )
+    assert "compute capability 10.0; built for: sm_50, " in check.detail
+    assert "install a torch built for compute capability 10.0 in the image" in check.fix
+    passing = _framework_check(monkeypatch, {**SEES_A_B200, "capability": "8.0", "kernel": 16.0})
+    assert passing.status == preflight.PASS
+
+
+def test_a_framework_that_sees_no_gpu_is_not_blamed_on_the_driver_alone(monkeypatch):
+    """TensorFlow 2.17 from PyPI in an image with cuDNN 9 sees no GPU though the driver is fine:
+    the fix names both causes."""
+    info = {"module": "torch", "version": "2.6.0", "cuda": "12.4", "available": False, "devices": 0}
+    check = _framework_check(monkeypatch, info)
+    assert check.status == preflight.FAIL
+    assert "if it passed, torch cannot load the CUDA libraries it was built for" in check.fix
+
+
+def test_the_triton_images_tensorflow_is_not_asked_for_the_gpu():
+    """ResNet-50's accuracy reference runs on the CPU in the Triton image (its PyPI TensorFlow
+    cannot load cuDNN 9); the NGC TensorFlow image's own is still checked."""
+    config = validated(base_config())
+    assert plan_preflight(config, "A30", "triton-25.02-tf")["frameworks"] == []
+    assert plan_preflight(config, "A30", "tensorflow-25.02")["frameworks"] == ["tensorflow"]
+    assert plan_preflight(config, "A30", "triton-25.01")["frameworks"] == ["torch"]

@@ -241,13 +241,19 @@ class KerasFamily(Family):
     def framework_outputs(
         self, module: Any, feeds: dict[str, np.ndarray], device: str = "cpu"
     ) -> dict[str, np.ndarray]:
-        # TensorFlow places the model on a visible GPU by itself: ``device`` is where it runs
-        out = module(
-            [feeds[s.name] for s in self.inputs]
-            if len(self.inputs) > 1
-            else feeds[self.inputs[0].name],
-            training=False,
-        )
+        # On the CPU, whatever ``device``: the accuracy job runs in the Triton image, whose
+        # TensorFlow is PyPI's 2.17.0, built for cuDNN 8.9 (its METADATA: `nvidia-cudnn-cu12
+        # ==8.9.7.29; extra == 'and-cuda'`) while the image has cuDNN 9, so it sees no GPU
+        # there. A fidelity check needs no GPU; DLE computed its reference on the GPU (plan.CPU_REFERENCE_FRAMEWORKS).
+        import tensorflow as tf
+
+        with tf.device("/CPU:0"):
+            out = module(
+                [feeds[s.name] for s in self.inputs]
+                if len(self.inputs) > 1
+                else feeds[self.inputs[0].name],
+                training=False,
+            )
         outs = out if isinstance(out, (tuple, list)) else (out,)
         return {s.name: np.asarray(t) for s, t in zip(self.outputs, outs, strict=True)}
 
