@@ -54,6 +54,9 @@ CHECKS = (
     "deploybench_imports",
 )
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+# Passes, with a limit the runs may meet: the checks after it decide (the driver's
+# minor-version compatibility: a framework's kernel, trtexec's build).
+WARN = "warn"
 
 DEVICES = ("gpu", "cpu")
 ROLES = ("framework", "triton")
@@ -96,7 +99,7 @@ class PreflightSpec(TypedDict):
 @dataclass
 class Check:
     name: str
-    status: str  # pass | fail | skip
+    status: str  # pass | warn | fail | skip
     detail: str
     fix: str = ""  # what to change (failures)
     facts: dict[str, Any] = field(default_factory=dict)  # what was found (versions, GPUs)
@@ -304,6 +307,11 @@ CUDA_ERRORS = {
 # nvidia/cuda:12.8.1, NVIDIA/nvidia-container-toolkit PR 1055); Apptainer's --nv puts the host's
 # libcuda first instead, so nothing in `apptainer exec` loads the compat one by itself.
 COMPAT_LIBRARY_DIR = "/usr/local/cuda/compat"
+# The oldest driver of each CUDA major release that runs any of its minor releases ("CUDA 11 and
+# later defaults to minor version compatibility ... with limited feature-set", NVIDIA's CUDA
+# Compatibility guide, docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility;
+# the versions: the CUDA Toolkit release notes' table, 12.x >= 525.60.13, 11.x >= 450.80.02).
+MINOR_VERSION_DRIVERS = {12: "525.60.13", 11: "450.80.02"}
 
 
 def cuda_version_of(text: str | None) -> tuple[int, int] | None:
@@ -375,6 +383,27 @@ def check_driver(
     implements = (int(version) // 1000, int(version) % 1000 // 10) if version else None
     shown = f"{implements[0]}.{implements[1]}" if implements else "an unknown CUDA"
     loaded = ", ".join(result.get("library") or []) or "libcuda.so.1"
+    # a driver of the image's CUDA major release but older than its minor: see its limits
+    family_floor = MINOR_VERSION_DRIVERS.get(needed[0]) if needed else None
+    if (
+        needed is not None
+        and implements is not None
+        and implements[0] == needed[0]
+        and implements < needed
+        and family_floor is not None
+        and (_version(driver) or ()) >= _required_version(family_floor, "minor-version floor")
+    ):
+        return Check(
+            name,
+            WARN,
+            f"CUDA initialises; the driver API ({loaded}) implements CUDA {shown}, older than "
+            f"the image's CUDA {release.get('cuda')}, which driver {driver} runs by CUDA "
+            f"{needed[0]}.x minor-version compatibility (>= {family_floor}) with a limited "
+            "feature set (no PTX newer than the driver's): the framework_cuda kernel and "
+            f"trtexec's build decide ({table})",
+            update,
+            facts,
+        )
     if needed is not None and (implements is None or implements < needed):
         return Check(
             name,
@@ -1151,7 +1180,7 @@ def table(checks: Sequence[Check]) -> str:
     lines = []
     for c in checks:
         detail = " ".join(c.detail.split())  # one line, whatever Triton's message spans
-        fix = f"  fix: {c.fix}" if c.status == FAIL and c.fix else ""
+        fix = f"  fix: {c.fix}" if c.status in (FAIL, WARN) and c.fix else ""
         lines.append(f"{c.status.upper():<4}  {c.name:<19}  {detail}{fix}")
     return "\n".join(lines)
 

@@ -38,7 +38,10 @@ def fake_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def driver_check(
-    monkeypatch: pytest.MonkeyPatch, libcuda: Path | None, **answers: int
+    monkeypatch: pytest.MonkeyPatch,
+    libcuda: Path | None,
+    probe: preflight.GpuProbe = A30_R535,
+    **answers: int,
 ) -> preflight.Check:
     """The driver check of the A30 / triton-25.01 preflight, with the probe's child process
     finding the stand-in first on the library path (as the job would find --nv's libcuda)."""
@@ -48,7 +51,7 @@ def driver_check(
         monkeypatch.delenv(key, raising=False)
     for key, value in answers.items():
         monkeypatch.setenv(key.upper(), str(value))
-    return preflight.check_driver(spec_of("A30", "triton-25.01"), A30_R535)
+    return preflight.check_driver(spec_of("A30", "triton-25.01"), probe)
 
 
 def test_a_compat_branch_that_fails_cuinit_fails_naming_the_error(monkeypatch, fake_libcuda):
@@ -65,11 +68,24 @@ def test_a_compat_branch_that_fails_cuinit_fails_naming_the_error(monkeypatch, f
     assert check.facts["cuda_driver_api"]["library"][0].startswith(str(fake_libcuda))
 
 
-def test_cuinit_that_works_with_an_old_cuda_fails(monkeypatch, fake_libcuda):
-    # No compat libcuda loaded: the R535 driver's own API implements CUDA 12.2 only.
+def test_an_older_minor_of_the_same_cuda_warns_and_leaves_it_to_the_kernels(
+    monkeypatch, fake_libcuda
+):
+    # No compat libcuda loaded: the R535 driver's own API implements CUDA 12.2 only, which runs
+    # the image's 12.8 by minor-version compatibility (>= 525.60.13), with limits.
     check = driver_check(monkeypatch, fake_libcuda, fake_cuda_version=12020)
-    assert check.status == "fail"
+    assert check.status == "warn", check.detail
     assert "implements CUDA 12.2, older than the image's CUDA 12.8.0.38" in check.detail
+    assert "CUDA 12.x minor-version compatibility (>= 525.60.13)" in check.detail
+    assert "the framework_cuda kernel and trtexec's build decide" in check.detail
+    assert "WARN  driver" in preflight.table([check]) and "fix: update" in preflight.table([check])
+
+
+def test_a_driver_of_an_older_cuda_major_fails(monkeypatch, fake_libcuda):
+    old = preflight.GpuProbe([{**A30_R535.gpus[0], "driver_version": "520.61.05"}], "")
+    check = driver_check(monkeypatch, fake_libcuda, old, fake_cuda_version=11080)
+    assert check.status == "fail"
+    assert "implements CUDA 11.8, older than the image's CUDA 12.8.0.38" in check.detail
 
 
 def test_a_compat_branch_passes_when_cuda_initialises_at_the_image_version(
