@@ -15,7 +15,9 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +182,49 @@ def check_apptainer(apptainer: str) -> str:
     return answer
 
 
+# Where `apptainer build` goes: the bases' registry, and PyPI for the lock's files (their
+# hosts, from the index the lock names). DEPLOYBENCH_BUILD_HOSTS ("host:port,...") replaces
+# them (a site's mirrors); an HTTPS proxy in the environment is checked instead of them.
+PYPI_HOSTS = ("pypi.org", "files.pythonhosted.org")
+NETWORK_TIMEOUT_S = 10.0
+
+
+def build_hosts(image: dict[str, Any]) -> list[tuple[str, int]]:
+    """The (host, port) pairs an image's build must reach."""
+    override = os.environ.get("DEPLOYBENCH_BUILD_HOSTS")
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    if override:
+        names = [h.strip() for h in override.split(",") if h.strip()]
+    elif proxy:
+        names = [urllib.parse.urlsplit(proxy).netloc.rsplit("@", 1)[-1]]
+    else:
+        registries = {str(image[k]).split("/", 1)[0] for k in ("from", "sdk") if image.get(k)}
+        names = sorted(registries) + list(PYPI_HOSTS)
+    hosts = []
+    for name in names:
+        host, _, port = name.partition(":")
+        hosts.append((host, int(port or 443)))
+    return hosts
+
+
+def check_network(name: str, image: dict[str, Any], timeout_s: float = NETWORK_TIMEOUT_S) -> None:
+    """Fail before the build when a host it needs cannot be reached (a compute node without
+    network: `container_image` runs wherever Snakemake runs)."""
+    unreachable = []
+    for host, port in build_hosts(image):
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as exc:
+            unreachable.append(f"{host}:{port} ({exc.strerror or exc})")
+    if unreachable:
+        raise ImageBuildError(
+            f"building image {name} needs the network, but this node cannot reach "
+            f"{', '.join(unreachable)}. Build the images where there is network (a login node): "
+            "`snakemake --until container_image --profile ...`, then run the workflow as before "
+            "(set DEPLOYBENCH_BUILD_HOSTS=host:port,... for a site's mirrors)"
+        )
+
+
 def build(
     *,
     name: str,
@@ -194,6 +239,7 @@ def build(
     that is missing or stale (made from other requirements or settings) fails first, offline."""
     definition = str(image["definition"])
     apptainer_answer = check_apptainer(apptainer)
+    check_network(name, image)
     spec = locks.lock_spec(name, image, image.get("source_tree") or source_tree())
     lock_sha256 = locks.check_current(spec)
     args = build_args(image)

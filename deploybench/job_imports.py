@@ -93,7 +93,9 @@ print(json.dumps({top: sorted(set(owners.get(top, []))) for top in sorted(loaded
 """
 
 
-def distributions_imported(modules: Iterable[str], python: str = sys.executable) -> dict[str, list[str]]:
+def distributions_imported(
+    modules: Iterable[str], python: str = sys.executable
+) -> dict[str, list[str]]:
     """Top-level module → the distributions providing it, of everything importing ``modules``
     loads in ``python`` (one that has them all: the dev venv), stdlib and this package left out."""
     out = subprocess.run(

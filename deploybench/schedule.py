@@ -18,6 +18,7 @@ numbers. Without a `max_runtime` nothing is split: one group job per run, as bef
 from __future__ import annotations
 
 import math
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 
 from .errors import ConfigError
@@ -98,9 +99,92 @@ def describe(
     limit = f"max_runtime {max_runtime} min" if max_runtime is not None else "no max_runtime"
     lines = [f"{run} ({limit}): its jobs' --time, as submitted"]
     grouped = [(job, minutes) for job, minutes in jobs if groups[job] is not None]
-    if grouped:
-        terms = " + ".join(f"{job} {minutes}" for job, minutes in grouped)
-        total = sum(minutes for _, minutes in grouped)
-        lines.append(f"  group job {RUN_GROUP}: {terms} = {total} min")
-    lines += [f"  {job}: {minutes} min" for job, minutes in jobs if groups[job] is None]
+    for label, minutes in submissions(jobs, groups):
+        if label == f"group job {RUN_GROUP}":
+            terms = " + ".join(f"{job} {m}" for job, m in grouped)
+            lines.append(f"  {label}: {terms} = {minutes} min")
+        else:
+            lines.append(f"  {label}: {minutes} min")
     return lines
+
+
+def submissions(
+    jobs: Sequence[tuple[str, int]], groups: Mapping[str, str | None]
+) -> list[tuple[str, int]]:
+    """Each submission of a run's jobs and the --time it asks for: its group job (the sum of
+    its members), then each job submitted alone."""
+    grouped = [minutes for job, minutes in jobs if groups[job] is not None]
+    alone = [(job, minutes) for job, minutes in jobs if groups[job] is None]
+    return ([(f"group job {RUN_GROUP}", sum(grouped))] if grouped else []) + alone
+
+
+# --- the partition's own limit ------------------------------------------------------------
+
+SINFO_TIMEOUT_S = 30
+
+
+def parse_slurm_time(text: str) -> int | None:
+    """A SLURM time limit as ``sinfo -o %l`` prints it (``[days-]hours:minutes:seconds``,
+    ``minutes:seconds``, ``minutes``), in whole minutes rounded down; None for no limit
+    (``infinite``, ``UNLIMITED``)."""
+    text = text.strip()
+    if text.lower() in ("infinite", "unlimited"):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if not parts or len(parts) > 3 or (days and not days.isdigit()):
+        raise ValueError(f"not a SLURM time: {text!r}")
+    if len(parts) == 3:
+        hours, minutes, seconds = parts
+    elif len(parts) == 2:
+        hours, (minutes, seconds) = 0, parts
+    else:
+        hours, minutes, seconds = 0, parts[0], 0
+    return int(days or 0) * 1440 + hours * 60 + minutes + seconds // 60
+
+
+def partition_max_minutes(partition: str, sinfo: str = "sinfo") -> tuple[int | None, str]:
+    """The MaxTime of ``partition`` (``sinfo -h -p <partition> -o %l``) in minutes (None: no
+    limit, or it could not be read), and what was found."""
+    try:
+        out = subprocess.run(
+            [sinfo, "-h", "-p", partition, "-o", "%l"],
+            capture_output=True, text=True, timeout=SINFO_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"could not run sinfo: {exc}"
+    lines = sorted(set(out.stdout.split()))
+    if out.returncode != 0 or not lines:
+        why = out.stderr.strip().splitlines()[-1:] or [f"exit {out.returncode}, no partition"]
+        return None, f"sinfo -p {partition} gave no MaxTime ({why[0]})"
+    try:
+        limits = [parse_slurm_time(line) for line in lines]
+    except ValueError as exc:
+        return None, f"sinfo -p {partition}: {exc}"
+    finite = [limit for limit in limits if limit is not None]
+    if not finite:
+        return None, f"partition {partition}: MaxTime {lines[0]}"
+    return min(finite), f"partition {partition}: MaxTime {lines[0]} ({min(finite)} min)"
+
+
+def check_partition_fits(
+    run: str,
+    gpu: str,
+    partition: str,
+    limit: int,
+    jobs: Sequence[tuple[str, int]],
+    groups: Mapping[str, str | None],
+    max_runtime: int | None,
+) -> None:
+    """Refuse a run whose submissions ask for more time than its partition allows."""
+    over = [(label, m) for label, m in submissions(jobs, groups) if m > limit]
+    if max_runtime is not None and max_runtime > limit:
+        over.insert(0, (f"gpus.{gpu}.slurm.max_runtime", max_runtime))
+    if over:
+        asks = ", ".join(f"{label} {minutes} min" for label, minutes in over)
+        raise ConfigError(
+            f"{run}: partition {partition!r} allows {limit} min a job (its MaxTime, read with "
+            f"sinfo), but {asks}: set gpus.{gpu}.slurm.max_runtime to {limit} or less (the "
+            "measurements are then split into parts that fit) or use a partition with a longer "
+            "MaxTime"
+        )

@@ -260,6 +260,13 @@ def preflight_spec(wildcards):
     return _preflight_plan(wildcards.gpu, wildcards.image)
 
 
+def measurement_threads(wildcards):
+    """For `threads:` of a measurement job: its GPU's `slurm.cpus`, at most Snakemake's cores
+    (the profile's `cores`); without it, those cores."""
+    cpus = (config["gpus"][wildcards.gpu].get("slurm") or {}).get("cpus")
+    return min(int(cpus), workflow.cores) if cpus else workflow.cores
+
+
 def preflight_resources():
     """For `resources:` of the preflight_check rule: what a job on that GPU asks for."""
     return request_resources(
@@ -291,10 +298,29 @@ def preflight_runs():
 
 
 def log_submissions(runs):
-    """What each run's jobs will ask a cluster for (--time, grouped as submitted)."""
+    """What each run's jobs will ask a cluster for (--time, grouped as submitted), checked
+    against its partition's MaxTime where sinfo can read it."""
+    limits = {}
     for path in runs:
-        for line in _run_plan(*run_fields(path)).submissions():
+        plan = _run_plan(*run_fields(path))
+        for line in plan.submissions():
             logger.info(line)
+        partition = (config["gpus"][plan.gpu].get("slurm") or {}).get("partition")
+        if not partition:
+            continue
+        if partition not in limits:
+            limits[partition], found = dbschedule.partition_max_minutes(partition)
+            logger.info(found)
+        if limits[partition] is not None:
+            dbschedule.check_partition_fits(
+                path,
+                plan.gpu,
+                partition,
+                limits[partition],
+                plan.jobs(),
+                plan.groups,
+                plan.max_runtime,
+            )
 
 
 def preflight_reports(wildcards):

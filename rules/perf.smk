@@ -27,7 +27,7 @@ rule offline:
         run_group()
     container:
         container_of("triton")
-    threads: workflow.cores
+    threads: measurement_threads
     resources:
         # a whole GPU of its own: SLURM never hands an allocated GPU to a second job
         **gpu_resources(),

@@ -142,7 +142,11 @@ def build(definition: Path, args: dict[str, str], sif: Path) -> None:
     write ``sif`` naming it."""
     lock = Path(args["LOCK"])
     if not lock.is_absolute():
-        lock = (Path.cwd() / lock) if (Path.cwd() / lock).is_file() else definition.parent.parent / lock
+        lock = (
+            (Path.cwd() / lock)
+            if (Path.cwd() / lock).is_file()
+            else definition.parent.parent / lock
+        )
     ships = _ships(args.get("SHIPS", ""))
     source = {str(canonicalize_name(s)) for s in args.get("SOURCE", "").split(",") if s}
     triton = "SDK" in args

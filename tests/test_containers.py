@@ -82,6 +82,11 @@ def test_definitions_use_the_build_args_they_are_given():
     triton = (REPO / "envs" / "triton.def").read_text()
     assert "From: {{ FROM }}" in framework and "{{ LOCK }}" in framework
     assert "{{ SHIPS }}" in framework
+    # trtexec on PATH where NGC's framework images keep it
+    from deploybench.preflight import NGC_TRTEXEC
+
+    environment = framework.split("%environment", 1)[1].split("\n%", 1)[0]
+    assert f'PATH="$PATH:{NGC_TRTEXEC.parent}"' in environment
     assert "From: {{ SDK }}" in triton and "Stage: sdk" in triton
     assert "From: {{ FROM }}" in triton and "%files from sdk" in triton
     assert "perf_analyzer" in triton
@@ -138,6 +143,35 @@ def test_every_image_holds_what_its_jobs_import():
             if not {locks.canonical(d) for d in dists} & held
         }
         assert roles and not missing, (name, sorted(roles), missing)
+
+
+def test_a_build_without_network_stops_before_it_starts_saying_where_to_build(
+    tmp_path, monkeypatch
+):
+    """`container_image` runs where Snakemake runs: on a compute node without network the
+    build stops at once, naming the host and where to build instead."""
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("APPTAINER_STANDIN_LOG", str(log))
+    monkeypatch.setenv("DEPLOYBENCH_BUILD_HOSTS", "127.0.0.1:9")  # nothing listens there
+    image = images.in_source_tree(base_config()["images"]["triton-25.01"], REPO)
+    out = tmp_path / "images" / "triton-25.01.sif"
+    with pytest.raises(
+        ImageBuildError, match=r"cannot reach 127\.0\.0\.1:9 .*--until container_image"
+    ):
+        images.build(
+            name="triton-25.01", image=image, out=str(out), record_out=str(tmp_path / "r.json"),
+            log_file=str(tmp_path / "build.log"), apptainer=str(STANDIN / "apptainer"),
+        )  # fmt: skip
+    assert [call[0] for call in _calls(log)] == ["--version"] and not out.exists()
+    # what a build reaches by default: the bases' registry and PyPI; a proxy instead
+    monkeypatch.delenv("DEPLOYBENCH_BUILD_HOSTS")
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    assert images.build_hosts(image) == [
+        ("nvcr.io", 443), ("pypi.org", 443), ("files.pythonhosted.org", 443)
+    ]  # fmt: skip
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:pw@proxy.site:3128")
+    assert images.build_hosts(image) == [("proxy.site", 3128)]
 
 
 def test_unknown_image_name_is_a_config_error():
@@ -251,7 +285,10 @@ def test_standin_mounts_as_apptainer_does(tmp_path):
     assert "host_file=1" in out  # what is not bound is not there
     assert f"home={tree} " in out and f"pwd={tree}" in out
     # the image's PATH, not the host's: the stand-in's image is this venv
-    assert f"path={BIN}:/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in out
+    assert (
+        f"path={BIN}:/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        in out
+    )
     assert (tree / "results.csv").exists() and not (package / "x.py").exists()
     missing = _standin(tree, "exec", "--home", str(tree), str(tmp_path / "no.sif"), "true")
     assert missing.returncode == 255 and "could not open image" in missing.stderr

@@ -26,6 +26,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from deploybench import plan as dbplan
+from deploybench.schedule import parse_slurm_time
 from tests.conftest import (
     BIN,
     REPO,
@@ -148,6 +149,20 @@ def test_dry_run_shows_gpu_request_of_perf_job(tmp_path):
     for rule in ("prepare_checkpoint", "export", "repository"):
         [resources] = jobs[rule]
         assert not {"gpu", "gpu_model", "slurm_partition"} & resources.keys(), (rule, resources)
+
+
+def test_a_gpus_cpus_set_what_its_measurement_jobs_ask_for(tmp_path):
+    """A measurement job asks for the profile's `cores` (16), or its GPU's `slurm.cpus` where a
+    node has fewer CPUs per GPU."""
+    config = base_config()
+    target = "results/tft/A30/trt/fp16/online.csv"
+    write_config(tmp_path, config)
+    default = slurm_snakemake(tmp_path, target, timeout_s=120, dry_run=True)
+    assert job_field(default.stdout + default.stderr, "threads")["online"] == ["16"]
+    config["gpus"]["A30"]["slurm"]["cpus"] = 8
+    write_config(tmp_path, config)
+    own = slurm_snakemake(tmp_path, target, timeout_s=120, dry_run=True)
+    assert job_field(own.stdout + own.stderr, "threads")["online"] == ["8"], own.stderr[-3000:]
 
 
 def test_cpu_device_asks_for_no_gpu(tmp_path):
@@ -645,3 +660,41 @@ def test_gpu_preflight_fails_its_gpu_checks_and_names_what_is_missing(preflight_
     assert {c["name"]: c["status"] for c in framework["checks"]}["trtexec"] == "fail"
     # the failure Snakemake shows names the missing piece and the fix, with the GPU's mapping
     assert "gpu_visible" in out and f"gres: {SITE_SLURM['gres']}" in out
+
+
+def test_a_run_longer_than_its_partitions_maxtime_is_refused_by_the_preflight(cluster, tmp_path):
+    """`snakemake preflight` reads the partition's MaxTime with sinfo (here the test cluster's,
+    set to 30 minutes with scontrol) and refuses a run whose submissions cannot fit, naming both
+    numbers and the setting that splits it; with that setting the run fits."""
+    config = base_config()
+    config["gpus"]["A30"]["slurm"] = {"partition": cluster.partition, "gpu_model": GPU_TYPE}
+    write_config(tmp_path, config)
+    update = ["scontrol", "update", f"PartitionName={cluster.partition}"]
+    subprocess.run([*update, "MaxTime=00:30:00"], check=True, timeout=30)
+    try:
+        args = ("preflight", "--config", "targets=[tft/A30/trt/fp16]")
+        refused = slurm_snakemake(tmp_path, *args, timeout_s=120, dry_run=True)
+        out = refused.stdout + refused.stderr
+        assert refused.returncode == 1, out[-4000:]
+        assert f"partition {cluster.partition}: MaxTime 30:00 (30 min)" in out
+        assert (
+            f"tft/A30/trt/fp16: partition '{cluster.partition}' allows 30 min a job (its "
+            "MaxTime, read with sinfo), but group job run " in out
+        )
+        assert "set gpus.A30.slurm.max_runtime to 30 or less" in out
+        assert "preflight_check" not in out
+        config["gpus"]["A30"]["slurm"]["max_runtime"] = 30
+        write_config(tmp_path, config)
+        fits = slurm_snakemake(tmp_path, *args, timeout_s=120, dry_run=True)
+        assert fits.returncode == 0, (fits.stdout + fits.stderr)[-4000:]
+    finally:
+        subprocess.run([*update, "MaxTime=INFINITE"], check=True, timeout=30)
+
+
+def test_slurm_time_limits_read_as_minutes():
+    assert [parse_slurm_time(t) for t in ("1-00:00:00", "2:00:00", "30:00", "45")] == [
+        1440, 120, 30, 45
+    ]  # fmt: skip
+    assert parse_slurm_time("infinite") is None and parse_slurm_time("UNLIMITED") is None
+    with pytest.raises(ValueError, match="not a SLURM time"):
+        parse_slurm_time("1:2:3:4")
