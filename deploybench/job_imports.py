@@ -23,27 +23,40 @@ PACKAGE = "deploybench"
 
 
 def function_imports(function: Callable[..., object]) -> list[str]:
-    """The modules ``function``'s body imports (stdlib left out), in first-seen order:
+    """The modules ``function``'s body imports (stdlib left out), with those of the functions
+    of its own module it calls by name (jobs.py's helpers), in first-seen order:
     ``from .report import x`` is ``deploybench.report``; ``from . import plots`` is
     ``deploybench.plots``; ``import altair as alt`` is ``altair``."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     found: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):  # jobs.py's relative imports: this package
-            if node.level == 0:
-                names = [str(node.module)]
-            elif node.module:
-                names = [f"{PACKAGE}.{node.module}"]
-            else:
-                names = [f"{PACKAGE}.{alias.name}" for alias in node.names]
-        else:
+    seen: set[str] = set()
+    todo = [function]
+    while todo:
+        current = todo.pop(0)
+        if current.__qualname__ in seen:
             continue
-        for name in names:
-            if name.split(".")[0] not in sys.stdlib_module_names and name not in found:
-                found.append(name)
+        seen.add(current.__qualname__)
+        for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(current)))):
+            for name in _imported(node):
+                if name.split(".")[0] not in sys.stdlib_module_names and name not in found:
+                    found.append(name)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                called = current.__globals__.get(node.func.id)  # type: ignore[attr-defined]
+                if inspect.isfunction(called) and called.__module__ == current.__module__:
+                    todo.append(called)
     return found
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The modules an import statement names (relative ones: this package's)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.level == 0:
+            return [str(node.module)]
+        if node.module:
+            return [f"{PACKAGE}.{node.module}"]
+        return [f"{PACKAGE}.{alias.name}" for alias in node.names]
+    return []
 
 
 def rule_imports(rule: str) -> list[str]:
