@@ -238,8 +238,14 @@ def build(
     """Build the image into a temporary file, move it into place, and write its record. A lock
     that is missing or stale (made from other requirements or settings) fails first, offline."""
     definition = str(image["definition"])
-    apptainer_answer = check_apptainer(apptainer)
-    check_network(name, image)
+    try:
+        apptainer_answer = check_apptainer(apptainer)
+        check_network(name, image)
+    except ImageBuildError as exc:  # in the rule's log too, where its error points
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "a") as log:
+            log.write(f"{exc}\n")
+        raise
     spec = locks.lock_spec(name, image, image.get("source_tree") or source_tree())
     lock_sha256 = locks.check_current(spec)
     args = build_args(image)

@@ -29,13 +29,12 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE_PYTHON = os.environ.get("APPTAINER_STANDIN_PYTHON", "/usr/bin/python3")
@@ -43,6 +42,11 @@ IMAGE_PYTHON = os.environ.get("APPTAINER_STANDIN_PYTHON", "/usr/bin/python3")
 RECIPE = "1"
 TORCH = "torch==2.13.0"
 MARK = "deploybench apptainer stand-in image"
+
+
+def canonicalize_name(name: str) -> str:
+    """A distribution name as PEP 503 compares them (the stand-in imports no third party)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 class StandinError(RuntimeError):

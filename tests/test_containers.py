@@ -163,6 +163,7 @@ def test_a_build_without_network_stops_before_it_starts_saying_where_to_build(
             log_file=str(tmp_path / "build.log"), apptainer=str(STANDIN / "apptainer"),
         )  # fmt: skip
     assert [call[0] for call in _calls(log)] == ["--version"] and not out.exists()
+    assert "cannot reach 127.0.0.1:9" in (tmp_path / "build.log").read_text()
     # what a build reaches by default: the bases' registry and PyPI; a proxy instead
     monkeypatch.delenv("DEPLOYBENCH_BUILD_HOSTS")
     monkeypatch.delenv("HTTPS_PROXY", raising=False)
