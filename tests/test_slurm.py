@@ -664,26 +664,26 @@ def test_gpu_preflight_fails_its_gpu_checks_and_names_what_is_missing(preflight_
 
 def test_a_run_longer_than_its_partitions_maxtime_is_refused_by_the_preflight(cluster, tmp_path):
     """`snakemake preflight` reads the partition's MaxTime with sinfo (here the test cluster's,
-    set to 30 minutes with scontrol) and refuses a run whose submissions cannot fit, naming both
+    set to an hour with scontrol) and refuses a run whose submissions cannot fit, naming both
     numbers and the setting that splits it; with that setting the run fits."""
     config = base_config()
     config["gpus"]["A30"]["slurm"] = {"partition": cluster.partition, "gpu_model": GPU_TYPE}
     write_config(tmp_path, config)
     update = ["scontrol", "update", f"PartitionName={cluster.partition}"]
-    subprocess.run([*update, "MaxTime=00:30:00"], check=True, timeout=30)
+    subprocess.run([*update, "MaxTime=01:00:00"], check=True, timeout=30)
     try:
         args = ("preflight", "--config", "targets=[tft/A30/trt/fp16]")
         refused = slurm_snakemake(tmp_path, *args, timeout_s=120, dry_run=True)
         out = refused.stdout + refused.stderr
         assert refused.returncode == 1, out[-4000:]
-        assert f"partition {cluster.partition}: MaxTime 30:00 (30 min)" in out
+        assert re.search(rf"partition {cluster.partition}: MaxTime [0-9:]+ \(60 min\)", out)
         assert (
-            f"tft/A30/trt/fp16: partition '{cluster.partition}' allows 30 min a job (its "
+            f"tft/A30/trt/fp16: partition '{cluster.partition}' allows 60 min a job (its "
             "MaxTime, read with sinfo), but group job run " in out
         )
-        assert "set gpus.A30.slurm.max_runtime to 30 or less" in out
+        assert "set gpus.A30.slurm.max_runtime to 60 or less" in out
         assert "preflight_check" not in out
-        config["gpus"]["A30"]["slurm"]["max_runtime"] = 30
+        config["gpus"]["A30"]["slurm"]["max_runtime"] = 60
         write_config(tmp_path, config)
         fits = slurm_snakemake(tmp_path, *args, timeout_s=120, dry_run=True)
         assert fits.returncode == 0, (fits.stdout + fits.stderr)[-4000:]
