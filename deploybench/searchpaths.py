@@ -31,7 +31,9 @@ class LeakFromDriver(DeploybenchError, ImportError):
     """A job in a container imported a module its image lacks from the driver's environment."""
 
 
-def _canonical(name: str) -> str:
+def canonical(name: str) -> str:
+    """PEP 503's name (as locks.canonical; not imported from there, which needs PyYAML: this
+    runs first in every job, before anything the image may lack)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -40,14 +42,14 @@ def _requirement_name(requirement: str) -> str | None:
     name, _, marker = requirement.partition(";")
     if "extra" in marker:
         return None
-    return _canonical(re.split(r"[\s\[<>=!~(]", name.strip(), maxsplit=1)[0])
+    return canonical(re.split(r"[\s\[<>=!~(]", name.strip(), maxsplit=1)[0])
 
 
 def snakemake_modules(paths: Sequence[str]) -> set[str]:
     """The top-level modules of ``snakemake`` and what it requires, transitively, as the
     distributions on ``paths`` have them."""
     dists = {
-        _canonical(d.metadata["Name"]): d
+        canonical(d.metadata["Name"]): d
         for d in importlib.metadata.distributions(path=list(paths))
         if d.metadata["Name"]
     }

@@ -29,12 +29,13 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from deploybench.locks import canonical
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE_PYTHON = os.environ.get("APPTAINER_STANDIN_PYTHON", "/usr/bin/python3")
@@ -42,11 +43,6 @@ IMAGE_PYTHON = os.environ.get("APPTAINER_STANDIN_PYTHON", "/usr/bin/python3")
 RECIPE = "1"
 TORCH = "torch==2.13.0"
 MARK = "deploybench apptainer stand-in image"
-
-
-def canonicalize_name(name: str) -> str:
-    """A distribution name as PEP 503 compares them (the stand-in imports no third party)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 class StandinError(RuntimeError):
@@ -77,13 +73,13 @@ def _ships(text: str) -> dict[str, str]:
     ships = {}
     for spec in text.split():
         name, _, version = spec.partition("==")
-        ships[str(canonicalize_name(name))] = version
+        ships[str(canonical(name))] = version
     return ships
 
 
 def _stand_ins(skipped: list[str], ships: dict[str, str]) -> list[str]:
     """CPU stand-ins for the lock's left-out entries and the base's packages that jobs use."""
-    names = {str(canonicalize_name(s.split("==")[0])): s.split("==")[1] for s in skipped}
+    names = {str(canonical(s.split("==")[0])): s.split("==")[1] for s in skipped}
     wanted = []
     if "torch" in names or "torch" in ships:
         wanted.append(TORCH)
@@ -152,7 +148,7 @@ def build(definition: Path, args: dict[str, str], sif: Path) -> None:
             else definition.parent.parent / lock
         )
     ships = _ships(args.get("SHIPS", ""))
-    source = {str(canonicalize_name(s)) for s in args.get("SOURCE", "").split(",") if s}
+    source = {str(canonical(s)) for s in args.get("SOURCE", "").split(",") if s}
     triton = "SDK" in args
     key = hashlib.sha256(
         json.dumps(
