@@ -40,8 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import ConfigError, LockError, ResolveError
 
 # NGC's 25.xx images are Ubuntu 24.04 (glibc 2.39): wheels for manylinux_2_39 and older run.
@@ -328,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     uv = args.uv or str(Path(sys.executable).with_name("uv"))
     if not Path(uv).exists():
         uv = shutil.which("uv") or uv
+    import yaml  # only the command line reads YAML: jobs import canonical() from here
+
     config = yaml.safe_load((root / args.config).read_text())
     images = built_images(config)
     for name in args.image or []:

@@ -44,7 +44,15 @@ from .gpus import check_gpu_runs_image
 from .io import MIB
 from .models import CHECKPOINT_FILES, framework_of
 from .preflight import PreflightSpec
-from .schedule import check_fits, describe, pack_groups, part_key, part_slice, split_points
+from .schedule import (
+    check_fits,
+    check_partition_fits,
+    describe,
+    pack_groups,
+    part_key,
+    part_slice,
+    split_points,
+)
 from .search import (
     SearchSettings,
     Variant,
@@ -463,6 +471,13 @@ class RunPlan:
     def submissions(self) -> list[str]:
         """The run's jobs on a cluster and the --time each asks for, as they are submitted."""
         return describe(self.path, self.jobs(), self.groups, self.max_runtime)
+
+    def check_fits_partition(self, partition: str, limit: int) -> None:
+        """Refuse the run if a submission asks for more than ``limit`` minutes, ``partition``'s
+        MaxTime (schedule.check_partition_fits)."""
+        check_partition_fits(
+            self.path, self.gpu, partition, limit, self.jobs(), self.groups, self.max_runtime
+        )
 
     def group_of(self, job: str) -> str | None:
         """The group job ``job`` (a RUN_STEPS step or a part, ``online.1``) belongs to."""

@@ -22,6 +22,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 from .errors import DeploybenchError
+from .locks import canonical
 
 # snakemake deployment/singularity.py: Path("/mnt/snakemake_searchpaths") / f"item_{i}"
 MOUNT_PREFIX = "/mnt/snakemake_searchpaths/"
@@ -29,12 +30,6 @@ MOUNT_PREFIX = "/mnt/snakemake_searchpaths/"
 
 class LeakFromDriver(DeploybenchError, ImportError):
     """A job in a container imported a module its image lacks from the driver's environment."""
-
-
-def canonical(name: str) -> str:
-    """PEP 503's name (as locks.canonical; not imported from there, which needs PyYAML: this
-    runs first in every job, before anything the image may lack)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _requirement_name(requirement: str) -> str | None:

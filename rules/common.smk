@@ -198,9 +198,8 @@ def container_of(role):
         name = image_of(w.model, role)
         return images.container_uri(name, config["images"][name])
 
-    image.role = (
-        role  # what the image must import follows from it (deploybench.job_imports)
-    )
+    # what the image must import follows from it (deploybench.job_imports)
+    image.role = role
     return image
 
 
@@ -312,15 +311,7 @@ def log_submissions(runs):
             limits[partition], found = dbschedule.partition_max_minutes(partition)
             logger.info(found)
         if limits[partition] is not None:
-            dbschedule.check_partition_fits(
-                path,
-                plan.gpu,
-                partition,
-                limits[partition],
-                plan.jobs(),
-                plan.groups,
-                plan.max_runtime,
-            )
+            plan.check_fits_partition(partition, limits[partition])
 
 
 def preflight_reports(wildcards):

@@ -244,7 +244,8 @@ class KerasFamily(Family):
         # On the CPU, whatever ``device``: the accuracy job runs in the Triton image, whose
         # TensorFlow is PyPI's 2.17.0, built for cuDNN 8.9 (its METADATA: `nvidia-cudnn-cu12
         # ==8.9.7.29; extra == 'and-cuda'`) while the image has cuDNN 9, so it sees no GPU
-        # there. A fidelity check needs no GPU; DLE computed its reference on the GPU (plan.CPU_REFERENCE_FRAMEWORKS).
+        # there. A fidelity check needs no GPU; DLE computed its reference on the GPU
+        # (plan.CPU_REFERENCE_FRAMEWORKS).
         import tensorflow as tf
 
         with tf.device("/CPU:0"):
