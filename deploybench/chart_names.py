@@ -5,10 +5,10 @@ for the Snakefile to import at DAG time.
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import Enum
 
 
-class RunChart(StrEnum):
+class RunChart(str, Enum):  # not StrEnum (3.11): jobs run on the V100 images' Python 3.10
     """One run's charts (``<run>/plots/<name>.{svg,png,html}``), drawn by ``plots``."""
 
     OFFLINE_THROUGHPUT = "offline_throughput"
@@ -17,6 +17,9 @@ class RunChart(StrEnum):
     ONLINE_THROUGHPUT_LATENCY = "online_throughput_latency"
     PUBLISHED_OFFLINE = "published_offline"
     PUBLISHED_ONLINE = "published_online"
+
+    def __str__(self) -> str:  # as StrEnum's: the value
+        return self.value
 
 
 # As plain strings: they travel in rule params and file patterns.

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+from .gpus import images_for_gpu
 
 
 def _choose(kind: str, value: str, valid: list[str] | dict[str, Any], context: str = "") -> None:
@@ -117,7 +118,15 @@ def model_settings(config: dict[str, Any], model: str, gpu: str) -> dict[str, An
     sizing = config["gpus"][gpu]["sizing"]
     _choose("sizing", sizing, config["sizings"], f"(of gpu {gpu!r})")
     overrides = (config["sizings"][sizing] or {}).get(model, {})
-    return deep_merge(config["models"][model], overrides)
+    settings = deep_merge(config["models"][model], overrides)
+    # the newest images that drive this GPU (a V100 gets the Volta-capable ones)
+    settings["containers"] = images_for_gpu(config, gpu, settings["containers"])
+    return settings
+
+
+def containers_on(config: dict[str, Any], model: str, gpu: str) -> dict[str, str]:
+    """Role (framework | triton) → the image that runs ``model``'s jobs on ``gpu``."""
+    return images_for_gpu(config, gpu, config["models"][model]["containers"])
 
 
 def resolve(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: str) -> Run:

@@ -3,8 +3,12 @@
 ``gpus.<gpu>.compute_capability`` is the GPU's (NVIDIA's CUDA GPUs list);
 ``images.<image>.release.compute_capability.minimum`` the oldest its NGC release supports (the
 release notes' "GPU Requirements"); ``compute_capabilities.<cc>.last_release`` the last NGC
-release that still supports a compute capability the configured images do not. A run or
-preflight whose GPU its image cannot drive fails while the DAG is built, naming all three.
+release that still supports a compute capability the configured images do not, and
+``last_tensorrt`` the last TensorRT that builds engines for it. An image names in
+``older_gpus`` the image that runs its jobs on a GPU it cannot drive (the V100's 24.09 images
+for the 25.xx ones): a run gets, role by role, the newest image along that chain that drives its
+GPU (:func:`images_for_gpu`). A run or preflight whose GPU no image of the chain can drive
+fails while the DAG is built, naming why.
 """
 
 from __future__ import annotations
@@ -21,6 +25,65 @@ def capability(value: str) -> tuple[int, int]:
     if not (major.isdigit() and minor.isdigit()):
         raise ConfigError(f"compute capability {value!r} is not major.minor (e.g. 8.9)")
     return int(major), int(minor)
+
+
+def _version(value: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in str(value).split(".") if part.isdigit())
+
+
+def check_tensorrt_drives(config: Mapping[str, Any], gpu: str, image: str) -> None:
+    """Raise a :class:`ConfigError` when ``image``'s TensorRT (``release.tensorrt``) is newer
+    than the last one that builds engines for ``gpu`` (``compute_capabilities.<cc>.
+    last_tensorrt``): its trt, onnx-trt and tf-trt engines could not be built there."""
+    settings = config["gpus"][gpu]
+    release = (config["images"].get(image) or {}).get("release") or {}
+    if settings["device"] != "gpu" or not release.get("tensorrt"):
+        return
+    have = str(settings["compute_capability"])
+    last = ((config.get("compute_capabilities") or {}).get(have) or {}).get("last_tensorrt")
+    if last is None:
+        return
+    tensorrt = str(release["tensorrt"])
+    if _version(tensorrt)[: len(_version(last))] > _version(last):
+        raise ConfigError(
+            f"gpu {gpu!r} (compute capability {have}) cannot run image {image!r}: its TensorRT "
+            f"{tensorrt} builds no engines for it; the last TensorRT that does is {last} "
+            f"(compute_capabilities.{have}.last_tensorrt)"
+        )
+
+
+def image_chain(config: Mapping[str, Any], image: str) -> list[str]:
+    """``image`` and the images along its ``older_gpus`` chain, newest first."""
+    chain = [image]
+    while True:
+        older = (config["images"].get(chain[-1]) or {}).get("older_gpus")
+        if older is None or older in chain:
+            return chain
+        chain.append(older)
+
+
+def images_for_gpu(
+    config: Mapping[str, Any], gpu: str, containers: Mapping[str, str]
+) -> dict[str, str]:
+    """Role → the image that runs it on ``gpu``: the model's (``containers``) where they drive
+    the GPU, else the first set along their ``older_gpus`` chains (one step of each role's at a
+    time: one release's images together, as their TensorRT must match) that all do. Raises the
+    newest images' :class:`ConfigError` when no set does."""
+    chains = {role: image_chain(config, image) for role, image in containers.items()}
+    for step in range(min(len(chain) for chain in chains.values())):
+        candidate = {role: chain[step] for role, chain in chains.items()}
+        try:
+            for image in candidate.values():
+                check_gpu_runs_image(config, gpu, image)
+                check_tensorrt_drives(config, gpu, image)
+        except ConfigError:
+            continue
+        return candidate
+    for image in containers.values():  # the newest images' own reason
+        check_gpu_runs_image(config, gpu, image)
+        check_tensorrt_drives(config, gpu, image)
+    tried = "; ".join(f"{role}: {' → '.join(chain)}" for role, chain in chains.items())
+    raise ConfigError(f"gpu {gpu!r}: no images of one release drive it ({tried}; older_gpus)")
 
 
 def check_gpu_runs_image(config: Mapping[str, Any], gpu: str, image: str) -> None:

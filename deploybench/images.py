@@ -267,7 +267,7 @@ def build(
             "build_args": args,
             "bases": {k: image[k] for k in ("from", "sdk") if k in image},
             "apptainer": apptainer_answer,
-            "built": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "built": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         }
     write_json(record_out, record)
     return record

@@ -42,8 +42,9 @@ from typing import Any
 
 from .errors import ConfigError, LockError, ResolveError
 
-# NGC's 25.xx images are Ubuntu 24.04 (glibc 2.39): wheels for manylinux_2_39 and older run.
-PLATFORM = "x86_64-manylinux_2_39"
+# NGC's 25.xx images are Ubuntu 24.04 (glibc 2.39): wheels for manylinux_2_39 and older run;
+# the 24.xx ones (V100's) Ubuntu 22.04, glibc 2.35 (`release.glibc`).
+DEFAULT_GLIBC = "2.39"
 INDEX = "https://pypi.org/simple"
 # Never true on the platform we resolve for: an override with it removes a package.
 NEVER = "sys_platform == 'never'"
@@ -85,10 +86,16 @@ class LockSpec:
     lock: str
     base: str
     python: str
+    glibc: str
     exclude_newer: str
     ships: dict[str, str | None]
     pins: dict[str, str]
     from_source: tuple[str, ...] = ()
+
+    @property
+    def platform(self) -> str:
+        """uv's --python-platform for the base: wheels for its glibc and older run there."""
+        return f"x86_64-manylinux_{self.glibc.replace('.', '_')}"
 
     @property
     def requirements_path(self) -> Path:
@@ -123,6 +130,7 @@ def lock_spec(name: str, image: dict[str, Any], root: str | Path) -> LockSpec:
         lock=_relative(root, image["lock"]),
         base=str(image["from"]),
         python=str(release["python"]),
+        glibc=str(release.get("glibc", DEFAULT_GLIBC)),
         exclude_newer=str(image["exclude_newer"]),
         ships=dict(sorted(ships.items())),
         pins=dict(sorted(pins.items())),
@@ -158,7 +166,7 @@ def header(spec: LockSpec, resolver: str) -> str:
             f"#   (requirements sha256 {digest}).",
             "# Do not edit: change those and regenerate.",
             f"# resolver: uv {resolver} pip compile --python-version {spec.python}",
-            f"#   --python-platform {PLATFORM}",
+            f"#   --python-platform {spec.platform}",
             f"#   --exclude-newer {spec.exclude_newer} --only-binary :all:{no_binary}",
             "#   --generate-hashes",
             f"# pins: {pins}",
@@ -174,7 +182,7 @@ def _uv_compile(
     cmd = [
         uv, "pip", "compile", spec.requirements,
         "--no-config", "--index-url", INDEX,
-        "--python-version", spec.python, "--python-platform", PLATFORM,
+        "--python-version", spec.python, "--python-platform", spec.platform,
         "--exclude-newer", spec.exclude_newer, "--only-binary", ":all:",
         *[arg for name in spec.from_source for arg in ("--no-binary", name)],
         "--no-header", "--quiet", "--output-file", str(out), *options,

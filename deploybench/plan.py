@@ -20,12 +20,23 @@ import math
 import re
 import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # 3.11; these annotations are never evaluated (jobs run Python 3.10 too)
+    from typing_extensions import NotRequired
 
 from .backends import PLATFORMS
-from .config import Run, all_runs, check_path, deep_merge, online_grid, resolve
+from .config import (
+    Run,
+    all_runs,
+    check_path,
+    containers_on,
+    deep_merge,
+    online_grid,
+    resolve,
+)
 from .convert import CONVERTERS, FROM_CHECKPOINT, SERVED_TYPES, Profile, tensorrt_command
 from .engines import (
     ACCELERATOR_WORKSPACE,
@@ -40,7 +51,7 @@ from .engines import (
 from .engines import SHARED as SHARED_ENGINES
 from .engines import model_name as batch_model_name
 from .errors import ConfigError
-from .gpus import check_gpu_runs_image
+from .gpus import check_gpu_runs_image, image_chain
 from .io import MIB
 from .models import CHECKPOINT_FILES, framework_of
 from .preflight import PreflightSpec
@@ -339,6 +350,16 @@ class ExportPlan:
     precision: str
     artifact: str  # the file (or SavedModel directory) it writes
     source: str | None  # the export format it is made from (`export.sources`), if any
+    # the framework image it is made in when not the model's own (`containers.framework`): a
+    # GPU those images cannot drive has its exports made in the images that run it
+    image: str | None = None
+
+    @property
+    def image_key(self) -> str | None:
+        """The image in the export's path (``export@<image>``); None: the model's own image."""
+        if self.image is None or self.image == self.model.containers["framework"]:
+            return None
+        return self.image
 
     def spec(self) -> ExportSpec:
         return {
@@ -352,9 +373,14 @@ class ExportPlan:
 
 
 def plan_export(
-    config: dict[str, Any], model: str, export_format: str, precision: str
+    config: dict[str, Any],
+    model: str,
+    export_format: str,
+    precision: str,
+    image: str | None = None,
 ) -> ExportPlan:
-    """The export ``export_format`` at ``precision`` of ``model``."""
+    """The export ``export_format`` at ``precision`` of ``model``, made in framework image
+    ``image`` (None: the model's own)."""
     formats = config["formats"]
     if export_format not in formats:
         raise ConfigError(
@@ -362,6 +388,12 @@ def plan_export(
         )
     model_plan = plan_model(config, model)
     source = model_plan.export.get("sources", {}).get(export_format)
+    images = image_chain(config, model_plan.containers["framework"])
+    if image is not None and image not in images:
+        raise ConfigError(
+            f"model {model!r} is not exported in image {image!r}; valid choices: "
+            f"{', '.join(images)}"
+        )
     return ExportPlan(
         model=model_plan,
         format=export_format,
@@ -369,6 +401,7 @@ def plan_export(
         # every export format is also a served format of the same name (onnx, tf-savedmodel, ...)
         artifact=str(formats[export_format]["artifact"]),
         source=None if source is None else str(source),
+        image=image,
     )
 
 
@@ -444,6 +477,8 @@ class RunPlan:
     # how its TensorRT engines are laid out over its batches (trt, onnx-trt; deploybench.engines);
     # None: the run has none
     engines: EngineLayout | None = None
+    # role (framework | triton) -> the image that runs its jobs (the newest that drives its GPU)
+    containers: Mapping[str, str] = field(default_factory=lambda: frozen({}))
 
     @property
     def path(self) -> str:
@@ -618,11 +653,8 @@ def _check_step(step: str, valid: tuple[str, ...]) -> None:
 def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: str) -> RunPlan:
     """Resolve and plan one run; a combination or setting the workflow cannot honour fails here
     (a :class:`ConfigError` naming the value and the valid choices)."""
+    # its images: the newest that drive its GPU (resolve fails when none does)
     run = resolve(config, model, gpu, fmt, precision)
-    for image in sorted(set(run.settings["containers"].values())):
-        if container_free(run.gpu_settings):
-            break  # no image runs it
-        check_gpu_runs_image(config, gpu, image)  # its GPU must be one its images can drive
     how = serving(run)
     conversion = conversion_of(run)
     # engines built in one image and loaded in the other: both must ship one TensorRT
@@ -651,7 +683,17 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         format=fmt,
         precision=precision,
         device=run.device,
-        export=plan_export(config, model, run.export_format, run.export_precision),
+        # made in the run's framework image (a V100's exports in its own: torch 2.5 loads no
+        # TorchScript torch 2.6 saved, TF 2.16 no SavedModel of 2.17's ops)
+        export=plan_export(
+            config,
+            model,
+            run.export_format,
+            run.export_precision,
+            image=None
+            if container_free(run.gpu_settings)
+            else run.settings["containers"]["framework"],
+        ),
         artifact=str(run.format_settings["artifact"]),
         conversion=conversion,
         serving=frozen(how),
@@ -672,6 +714,7 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         groups=frozen({}),
         tensorrt=None if tensorrt is None else frozen(tensorrt),
         engines=engines,
+        containers=frozen(run.settings["containers"]),
     )
     return replace(plan, groups=frozen(pack_groups(plan.jobs(), max_runtime, run.path)))
 
@@ -1146,7 +1189,7 @@ def plan_preflight(
     on_gpu = [path.split("/") for path in all_runs(config) if path.split("/")[1] == gpu]
     used: dict[str, set[str]] = {}  # image -> the roles (framework | triton) it plays there
     for model, *_ in on_gpu:
-        for container_role, name in config["models"][model]["containers"].items():
+        for container_role, name in containers_on(config, model, gpu).items():
             used.setdefault(name, set()).add(container_role)
     if image not in used:
         raise ConfigError(
@@ -1156,7 +1199,7 @@ def plan_preflight(
     runs = [
         plan_run(config, *fields)
         for fields in on_gpu
-        if image in config["models"][fields[0]]["containers"].values()
+        if image in containers_on(config, fields[0], gpu).values()
     ]
     roles = used[image]
     role = "triton" if "triton" in roles else "framework"
@@ -1164,7 +1207,7 @@ def plan_preflight(
     # accuracy reference runs on the CPU (CPU_REFERENCE_FRAMEWORKS)
     frameworks: set[str] = set()
     for r in runs:
-        if config["models"][r.model]["containers"].get(role) != image:
+        if r.containers.get(role) != image:
             continue
         framework = framework_of(config["models"][r.model]["module"])
         if not (role == "triton" and framework in CPU_REFERENCE_FRAMEWORKS):
@@ -1180,7 +1223,7 @@ def plan_preflight(
             for r in runs
             if r.tensorrt is not None
             and r.conversion is not None
-            and config["models"][r.model]["containers"].get(role) == image
+            and r.containers.get(role) == image
         }
     )
     settings = gpus[gpu]

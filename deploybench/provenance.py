@@ -149,7 +149,7 @@ def collect(result: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]
     return {
         "result": result,
         "sha256": sha256_of(result) if Path(result).exists() else None,
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "software": package_versions(),
         "perf_analyzer": perf_analyzer_version(),

@@ -23,11 +23,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Self
+from typing import TYPE_CHECKING
 
 from . import tools
 from .errors import ServerError
 from .process import die_with_parent
+
+if TYPE_CHECKING:  # 3.11: jobs run on the V100 images' Python 3.10 too
+    from typing_extensions import Self
 
 log = logging.getLogger(__name__)
 

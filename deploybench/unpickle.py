@@ -31,11 +31,14 @@ import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, ClassVar, Self, cast
+from typing import IO, TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
 from .errors import UnsafePickleError
+
+if TYPE_CHECKING:  # 3.11: jobs run on the V100 images' Python 3.10 too
+    from typing_extensions import Self
 
 # Globals loaded for real: each is a class or function that only builds a value from its
 # arguments, whatever they are (never a module: a module holds callables that run code).

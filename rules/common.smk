@@ -61,12 +61,18 @@ wildcard_constraints:
     export_precision=r"[a-z0-9]+",
     artifact=r"model\.[a-z]+",
     checkpoint_file=r"checkpoint\.[a-z]+",
+    export_image=r"[A-Za-z0-9_.-]+",
 
 
 RUN_DIR = "results/{model}/{gpu}/{format}/{precision}"
 LOG_DIR = "logs/{model}/{gpu}/{format}/{precision}"
 CHECKPOINT = "results/{model}/checkpoint/{checkpoint_file}"
 EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"
+# An export made in another framework image than the model's own: a GPU its images cannot drive
+# (a V100) is served from exports made in the images that drive it (gpus.images_for_gpu).
+EXPORT_IN_IMAGE = (
+    "results/{model}/export@{export_image}/{export_format}/{export_precision}/{artifact}"
+)
 CONVERTED = f"{RUN_DIR}/convert/{{artifact}}"
 # engines: per_batch (deploybench/engines.py): the engine of one batch size
 CONVERTED_BATCH = f"{RUN_DIR}/convert/batch{{batch}}/{{artifact}}"
@@ -96,8 +102,8 @@ def model_plan(model):
 
 
 @functools.cache
-def _export_plan(model, export_format, precision):
-    return dbplan.plan_export(config, model, export_format, precision)
+def _export_plan(model, export_format, precision, image=None):
+    return dbplan.plan_export(config, model, export_format, precision, image)
 
 
 @functools.cache
@@ -120,7 +126,10 @@ def plan_of(wildcards):
 
 def export_plan(wildcards):
     return _export_plan(
-        wildcards.model, wildcards.export_format, wildcards.export_precision
+        wildcards.model,
+        wildcards.export_format,
+        wildcards.export_precision,
+        dict(wildcards.items()).get("export_image"),
     )
 
 
@@ -176,9 +185,15 @@ def image_build(wildcards):
     return images.in_source_tree(config["images"][wildcards.image], workflow.basedir)
 
 
-def image_of(model, role):
-    """The name of the image that runs ``role`` (framework | triton) jobs of ``model``."""
-    return model_plan(model).containers[role]
+def image_of(w, role):
+    """The name of the image that runs ``role`` (framework | triton) for the job with wildcards
+    ``w``: a run's (the newest that drive its GPU), an export's, or the model's own."""
+    fields = dict(w.items())
+    if "gpu" in fields and "format" in fields:
+        return plan_of(w).containers[role]
+    if fields.get("export_image"):
+        return fields["export_image"]
+    return model_plan(w.model).containers[role]
 
 
 def container_free(w):
@@ -195,7 +210,7 @@ def container_of(role):
     def image(w):
         if container_free(w):
             return None
-        name = image_of(w.model, role)
+        name = image_of(w, role)
         return images.container_uri(name, config["images"][name])
 
     # what the image must import follows from it (deploybench.job_imports)
@@ -232,7 +247,7 @@ def image_input(role):
     it ran) — only when jobs run in containers; a native run needs no image."""
 
     def inputs(w):
-        name = image_of(w.model, role)
+        name = image_of(w, role)
         if not USE_APPTAINER or container_free(w):
             return []
         if not images.is_built(config["images"][name]):
@@ -324,7 +339,7 @@ def preflight_reports(wildcards):
         plan = _run_plan(*run_fields(path))
         if dbplan.container_free(config["gpus"][plan.gpu]):
             continue  # no image serves it
-        for image in model_plan(plan.model).containers.values():
+        for image in plan.containers.values():
             pairs.add((plan.gpu, image))
     return [PREFLIGHT.format(gpu=g, image=i) for g, i in sorted(pairs)]
 
@@ -338,7 +353,7 @@ def preflight_input(role):
             return []
         if container_free(w):
             return []  # the preflight checks images; this run uses none
-        return [PREFLIGHT.format(gpu=plan.gpu, image=image_of(w.model, role))]
+        return [PREFLIGHT.format(gpu=plan.gpu, image=plan.containers[role])]
 
     return inputs
 
@@ -376,11 +391,12 @@ def conversion_source(wildcards):
 
 
 def export_path(export):
-    return EXPORT.format(
+    return (EXPORT if export.image_key is None else EXPORT_IN_IMAGE).format(
         model=export.model.name,
         export_format=export.format,
         export_precision=export.precision,
         artifact=export.artifact,
+        export_image=export.image_key,
     )
 
 
@@ -400,7 +416,7 @@ def export_source(wildcards):
     export = export_plan(wildcards)
     if export.source is None:
         return []
-    source = _export_plan(export.model.name, export.source, export.precision)
+    source = _export_plan(export.model.name, export.source, export.precision, export.image)
     return [export_path(source)]
 
 

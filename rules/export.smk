@@ -31,3 +31,23 @@ use rule export as export_directory with:
         provenance=f"{EXPORT}.provenance.json",
     wildcard_constraints:
         artifact=one_of(DIRECTORY_ARTIFACTS),
+
+
+# An export made in another framework image (EXPORT_IN_IMAGE): the runs on a GPU the model's
+# images cannot drive (a V100) are served from exports made in the images that drive it.
+use rule export as export_in_image with:
+    output:
+        artifact=EXPORT_IN_IMAGE,
+        provenance=f"{EXPORT_IN_IMAGE}.provenance.json",
+    log:
+        "logs/{model}/export@{export_image}/{export_format}/{export_precision}/{artifact}.log",
+
+
+use rule export as export_directory_in_image with:
+    output:
+        artifact=directory(EXPORT_IN_IMAGE),
+        provenance=f"{EXPORT_IN_IMAGE}.provenance.json",
+    log:
+        "logs/{model}/export@{export_image}/{export_format}/{export_precision}/{artifact}.log",
+    wildcard_constraints:
+        artifact=one_of(DIRECTORY_ARTIFACTS),

@@ -23,7 +23,10 @@ def test_dry_run_on_a_new_gpu_resolves_under_the_slurm_profile(tmp_path: Path):
 
 
 def test_dry_run_on_a_gpu_its_images_cannot_drive_fails_naming_both(tmp_path: Path):
-    write_config(tmp_path, base_config())
+    config = base_config()
+    for image in config["images"].values():
+        image.pop("older_gpus", None)  # no older images to fall back on
+    write_config(tmp_path, config)
     target = "results/resnet50/V100/tf-trt/fp16/online.csv"
     result = slurm_snakemake(tmp_path, target, timeout_s=120, dry_run=True)
     out = result.stdout + result.stderr
@@ -33,3 +36,23 @@ def test_dry_run_on_a_gpu_its_images_cannot_drive_fails_naming_both(tmp_path: Pa
     ]
     assert "the last NGC release that supports 7.0 (Volta) is 24.12" in out
     assert not (tmp_path / "results").exists()
+
+
+def test_a_v100_run_is_exported_converted_and_served_in_the_volta_images(tmp_path: Path):
+    write_config(tmp_path, base_config())
+    target = "results/resnet50/V100/tf-trt/fp16/online.csv"
+    result = slurm_snakemake(tmp_path, target, timeout_s=120, dry_run=True)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    # its export is its own, made in NGC TensorFlow 24.09 (the models' is 25.02's)
+    export = "results/resnet50/export@tensorflow-24.09/tf-savedmodel/fp32/model.savedmodel"
+    assert export in out, out[-4000:]
+    assert "results/resnet50/export/tf-savedmodel" not in out
+    assert "images/tensorflow-24.09.sif" in out and "images/triton-24.09-tf.sif" in out
+    assert "triton-25.02-tf" not in out
+    # only the checkpoint (a file of arrays, device- and release-independent, no GPU asked) is
+    # made in the models' own image
+    assert (
+        "results/resnet50/checkpoint/checkpoint.npz; Input files updated by another job: images/tensorflow-25.02.sif"
+        in out
+    )

@@ -16,7 +16,7 @@ from snakemake.utils import validate
 
 from deploybench import jobs
 from deploybench import plan as dbplan
-from deploybench.config import ConfigError, all_runs, deep_merge
+from deploybench.config import ConfigError, all_runs, containers_on, deep_merge
 from deploybench.perf import MeasureSettings
 from tests.conftest import REPO, base_config, write_config
 
@@ -57,12 +57,9 @@ def test_plan_is_frozen_and_specs_are_fresh_copies():
 
 
 def _drivable(config: dict, run: str) -> bool:
-    from deploybench.gpus import check_gpu_runs_image
-
     model, gpu = run.split("/")[:2]
     try:
-        for image in config["models"][model]["containers"].values():
-            check_gpu_runs_image(config, gpu, image)
+        containers_on(config, model, gpu)  # the newest images that drive it, if any
     except ConfigError:
         return False
     return True
@@ -70,8 +67,7 @@ def _drivable(config: dict, run: str) -> bool:
 
 def test_every_spec_of_every_run_is_plain_data():
     config = workflow_config()
-    # (no image configured here drives a V100, nor the PyTorch models' Triton image a B200:
-    # test_a_gpu_its_images_cannot_drive_is_refused, test_every_new_gpu_plans_...)
+    # (the PyTorch models' Triton image drives no B200: test_every_new_gpu_plans_...)
     runs = [r for r in all_runs(config) if _drivable(config, r)]
     assert len(runs) > 100
     for path in runs:
@@ -339,8 +335,15 @@ def test_duration_floor_above_the_cap_is_refused():
 NEW_GPUS = ("H100_SXM", "H100_PCIe", "H200", "L40S", "L4", "B200")
 
 
+def without_older_images(config: dict) -> dict:
+    """``config`` with no image naming one for older GPUs (`older_gpus`)."""
+    for image in config["images"].values():
+        image.pop("older_gpus", None)
+    return config
+
+
 def test_a_gpu_its_images_cannot_drive_is_refused():
-    config = workflow_config()
+    config = without_older_images(workflow_config())
     # the resnet50 run's images are NGC 25.02's (7.5 and later): a V100 is 7.0
     message = (
         r"gpu 'V100' \(compute capability 7\.0\) cannot run image 'tensorflow-25\.02': its "
@@ -357,6 +360,52 @@ def test_a_gpu_its_images_cannot_drive_is_refused():
     # 25.01 already starts at 7.5 (its release notes): the PyTorch models' V100 runs too
     with pytest.raises(ConfigError, match="gpu 'V100' .* cannot run image 'pytorch-25.01'"):
         dbplan.plan_run(config, "tft", "V100", "trt", "fp16")
+
+
+def test_a_v100_gets_the_newest_images_that_drive_it_and_exports_there():
+    config = workflow_config()
+    for model, fmt, framework, triton in (
+        ("resnet50", "tf-trt", "tensorflow-24.09", "triton-24.09-tf"),
+        ("tft", "trt", "pytorch-24.09", "triton-24.09"),
+    ):
+        plan = dbplan.plan_run(config, model, "V100", fmt, "fp16")
+        assert dict(plan.containers) == {"framework": framework, "triton": triton}
+        # engines built and loaded in one release's TensorRT (10.4: the last with Volta)
+        assert plan.tensorrt == {"image": triton, "version": "10.4.0.26", "built_in": framework}
+        # exported in its own framework image: torch 2.5 / TF 2.16 load their own exports
+        assert plan.export.image_key == framework
+        # a GPU the newest images drive keeps them, and the models' shared exports
+        a30 = dbplan.plan_run(config, model, "A30", fmt, "fp16")
+        assert a30.containers["framework"] != framework and a30.export.image_key is None
+    assert dbplan.plan_preflight(config, "V100", "triton-24.09")["image"] == "triton-24.09"
+    with pytest.raises(ConfigError, match="gpu 'V100' .* cannot run image 'triton-25.01'"):
+        dbplan.plan_preflight(config, "V100", "triton-25.01")
+
+
+def test_an_image_whose_tensorrt_dropped_the_gpu_is_passed_over():
+    config = workflow_config()
+    # 24.10 (6.0 and later, as its notes say) with TensorRT 10.5, which removed Volta: between
+    # 25.01 and 24.09 in the chain, a V100 passes it over for 24.09
+    for newer, older in (("pytorch-25.01", "pytorch-24.09"), ("triton-25.01", "triton-24.09")):
+        middle = newer.replace("25.01", "24.10")
+        config["images"][middle] = copy.deepcopy(config["images"][older])
+        config["images"][middle]["release"]["tensorrt"] = "10.5.0.18"
+        config["images"][middle]["older_gpus"] = older
+        config["images"][newer]["older_gpus"] = middle
+    plan = dbplan.plan_run(config, "tft", "V100", "trt", "fp16")
+    assert dict(plan.containers) == {"framework": "pytorch-24.09", "triton": "triton-24.09"}
+    # without 24.09 there is none: the newest image's reason is given
+    config["images"]["pytorch-24.10"].pop("older_gpus")
+    with pytest.raises(ConfigError, match="cannot run image 'pytorch-25.01'"):
+        dbplan.plan_run(config, "tft", "V100", "trt", "fp16")
+    from deploybench.gpus import check_tensorrt_drives
+
+    with pytest.raises(
+        ConfigError,
+        match=r"its TensorRT 10\.5\.0\.18 builds no engines for it; "
+        r"the last TensorRT that does is 10\.4",
+    ):
+        check_tensorrt_drives(config, "V100", "pytorch-24.10")
 
 
 @pytest.mark.parametrize("gpu", NEW_GPUS)

@@ -53,17 +53,25 @@ def test_unpublished_format_of_a_model_is_rejected_with_choices():
 def test_every_published_combination_resolves_a_dag(tmp_path: Path):
     config = base_config()
     runs = {dbconfig.reference_run(config, r).path for r in published_combinations()}
-    # the seeds' V100 (compute capability 7.0): no image configured here drives it (NGC 25.01's
-    # release notes start at 7.5), so its runs are refused at DAG time, naming why
-    refused, planned = set(), validated(copy.deepcopy(config))
+    # every run plans, the seeds' V100 (compute capability 7.0) too: NGC 25.xx's images start
+    # at 7.5, so its runs get the 24.09 ones (images.<i>.older_gpus), exported there
+    planned = validated(copy.deepcopy(config))
+    v100 = set()
     for path in runs:
-        try:
-            plan_run(planned, *path.split("/"))
-        except dbconfig.ConfigError as error:
-            assert "(compute capability 7.0) cannot run image" in str(error), path
-            refused.add(path)
-    assert refused and {p.split("/")[1] for p in refused} == {"V100"}
-    targets = sorted(f"results/{path}/online.csv" for path in runs - refused)
+        plan = plan_run(planned, *path.split("/"))
+        if plan.gpu == "V100":
+            v100.add(path)
+            assert set(plan.containers.values()) <= {
+                "pytorch-24.09",
+                "triton-24.09",
+                "tensorflow-24.09",
+                "triton-24.09-tf",
+            }, path
+            assert plan.export.image_key == plan.containers["framework"], path
+        else:
+            assert plan.export.image_key is None, path
+    assert len(v100) >= 10
+    targets = sorted(f"results/{path}/online.csv" for path in runs)
     write_config(tmp_path, config)
     result = run_snakemake(tmp_path, "-n", *targets, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
@@ -72,3 +80,8 @@ def test_every_published_combination_resolves_a_dag(tmp_path: Path):
     # one checkpoint per model entry, engines per gpu, nothing measured twice
     assert jobs["prepare_checkpoint"] == len({t.split("/")[1] for t in targets})
     assert "offline" not in jobs and "accuracy" not in jobs
+    # the V100's exports are made in its own images; the other GPUs share the models' own
+    exported_in_image = {t.split("/")[1] for t in targets if "/V100/" in t}
+    assert jobs.get("export_in_image", 0) + jobs.get("export_directory_in_image", 0) >= len(
+        exported_in_image
+    )
