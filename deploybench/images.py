@@ -132,6 +132,9 @@ def build_args(image: dict[str, Any]) -> list[str]:
         args.append(f"SHIPS={locks.ships_arg(normal)}")
     if image.get("from_source"):
         args.append(f"SOURCE={','.join(sorted(image['from_source']))}")
+    python = (image.get("release") or {}).get("python")
+    if python:  # the definition checks the base's Python is the lock's
+        args.append(f"PYTHON={python}")
     return args
 
 

@@ -331,14 +331,15 @@ def parse_lock(text: str) -> tuple[str, list[LockEntry]]:
     return "\n".join(header), entries
 
 
-def root_tags() -> frozenset[Tag]:
-    """Wheel tags pip accepts on the root: CPython 3.11, manylinux up to its glibc, x86_64."""
+def root_tags(python: str = ROOT_PYTHON) -> frozenset[Tag]:
+    """Wheel tags pip accepts on the root (or on another CPython ``python``, "3.10"): CPython,
+    manylinux up to the root's glibc, x86_64."""
     platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(ROOT_GLIBC_MINOR, 4, -1)]
     platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
     platforms.append("linux_x86_64")
-    version = (3, 11)
+    version = tuple(int(part) for part in python.split(".")[:2])
     tags = [*cpython_tags(version, platforms=platforms)]
-    tags += compatible_tags(version, "cp311", platforms=platforms)
+    tags += compatible_tags(version, "cp" + "".join(map(str, version)), platforms=platforms)
     return frozenset(tags)
 
 
@@ -363,36 +364,40 @@ def pypi_files(name: str, version: str) -> list[dict[str, Any]]:
     return files
 
 
-def _python_fits(requires: str | None) -> bool:
+def _python_fits(requires: str | None, python: str = ROOT_PYTHON) -> bool:
     try:
-        return not requires or SpecifierSet(requires).contains(ROOT_PYTHON, prereleases=True)
+        return not requires or SpecifierSet(requires).contains(python, prereleases=True)
     except InvalidSpecifier:
         return True  # pip ignores what it cannot parse
 
 
-def _file_fits(file: dict[str, Any], from_source: bool, tags: frozenset[Tag]) -> str | None:
+def _file_fits(
+    file: dict[str, Any], from_source: bool, tags: frozenset[Tag], python: str = ROOT_PYTHON
+) -> str | None:
     """Why this (locked) file cannot install on the root, or None when it can."""
-    if not _python_fits(file.get("requires_python")):
+    if not _python_fits(file.get("requires_python"), python):
         return f"requires Python {file['requires_python']}"
     if file["packagetype"] == "sdist":
         return None if from_source else "sdist (wheels only, not in SOURCE)"
     if from_source:
         return "wheel (built from source: SOURCE)"
     if tags.isdisjoint(parse_wheel_filename(file["filename"])[3]):
-        return "no wheel for cp311 manylinux_2_36 x86_64"
+        return f"no wheel for CPython {python} manylinux_2_{ROOT_GLIBC_MINOR} x86_64"
     if file["size"] > MAX_WHEEL_BYTES:
         return f"{file['size'] // 2**20} MB wheel"
     return None
 
 
-def entry_skip_reason(entry: LockEntry, source: set[str], tags: frozenset[Tag]) -> str | None:
+def entry_skip_reason(
+    entry: LockEntry, source: set[str], tags: frozenset[Tag], python: str = ROOT_PYTHON
+) -> str | None:
     """Why a lock entry is left out of the rehearsal, or None when it is installed."""
     files = pypi_files(entry.name, entry.version)
     locked = [f for f in files if f["digests"]["sha256"] in entry.hashes]
     if not locked:
         return "none of its hashes is a file on PyPI"
     from_source = canonicalize_name(entry.name) in source
-    reasons = [_file_fits(f, from_source, tags) for f in locked]
+    reasons = [_file_fits(f, from_source, tags, python) for f in locked]
     if None in reasons:
         return None
     # The reason of the file that came closest (a wheel that fits but for its size first).
@@ -400,22 +405,24 @@ def entry_skip_reason(entry: LockEntry, source: set[str], tags: frozenset[Tag]) 
     return min((r for r in reasons if r), key=lambda r: [k in r for k in rank].index(True))
 
 
-def lock_subset(text: str, source: set[str]) -> tuple[str, list[Skipped]]:
-    """The lock cut to the entries that fit the root (verbatim, all their hashes kept), and
-    the entries left out with the reason."""
+def lock_subset(
+    text: str, source: set[str], python: str = ROOT_PYTHON
+) -> tuple[str, list[Skipped]]:
+    """The lock cut to the entries that fit the root with CPython ``python`` (verbatim, all
+    their hashes kept), and the entries left out with the reason."""
     header, entries = parse_lock(text)
-    tags = root_tags()
+    tags = root_tags(python)
     kept: list[str] = []
     skipped: list[Skipped] = []
     # PyPI answers are fetched in parallel on a cold cache (a lock has up to ~90 entries).
     with ThreadPoolExecutor(max_workers=8) as pool:
-        reasons = list(pool.map(lambda e: entry_skip_reason(e, source, tags), entries))
+        reasons = list(pool.map(lambda e: entry_skip_reason(e, source, tags, python), entries))
     for entry, reason in zip(entries, reasons, strict=True):
         if reason is None:
             kept.append(entry.text)
         else:
             skipped.append(Skipped(f"{entry.name}=={entry.version}", reason))
-    note = "# image rehearsal: the entries that install on Python 3.11 (see skipped.txt)"
+    note = f"# image rehearsal: the entries that install on Python {python} (see skipped.txt)"
     return "\n".join([header, note, *kept]) + "\n", skipped
 
 
@@ -864,7 +871,11 @@ def image_plan(name: str, source_dir: Path, log_dir: Path) -> tuple[Plan, list[S
 
     config = load_config(source_dir)
     image = images.in_source_tree(config["images"][name], source_dir)
-    args = images.build_args(image)
+    # the root's Python stands in for the base's (the lock is cut to what installs on it)
+    args = [
+        f"PYTHON={'.'.join(ROOT_PYTHON.split('.')[:2])}" if arg.startswith("PYTHON=") else arg
+        for arg in images.build_args(image)
+    ]
     source = {str(canonicalize_name(n)) for n in image.get("from_source") or []}
     subset, skipped = lock_subset(Path(image["lock"]).read_text(), source)
     log_dir.mkdir(parents=True, exist_ok=True)

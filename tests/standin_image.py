@@ -39,6 +39,10 @@ from deploybench.locks import canonical
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE_PYTHON = os.environ.get("APPTAINER_STANDIN_PYTHON", "/usr/bin/python3")
+# An image whose release is on Python 3.10 (the V100's NGC 24.09 images) gets this machine's
+# pyenv build of it: another interpreter again, of the images' own minor version. No CPU torch
+# wheel exists for it here, so its stand-in holds no torch (standin.json says so).
+OTHER_PYTHONS = {"3.10": str(Path.home() / ".pyenv" / "versions" / "3.10.13" / "bin" / "python3")}
 # Bump when the recipe below changes.
 RECIPE = "1"
 TORCH = "torch==2.13.0"
@@ -77,12 +81,17 @@ def _ships(text: str) -> dict[str, str]:
     return ships
 
 
-def _stand_ins(skipped: list[str], ships: dict[str, str]) -> list[str]:
+def image_python(release_python: str | None) -> str:
+    """The stand-in interpreter for an image whose release runs ``release_python``."""
+    return OTHER_PYTHONS.get(release_python or "", IMAGE_PYTHON)
+
+
+def _stand_ins(skipped: list[str], ships: dict[str, str], python: str) -> list[str]:
     """CPU stand-ins for the lock's left-out entries and the base's packages that jobs use."""
     names = {str(canonical(s.split("==")[0])): s.split("==")[1] for s in skipped}
     wanted = []
-    if "torch" in names or "torch" in ships:
-        wanted.append(TORCH)
+    if ("torch" in names or "torch" in ships) and python.startswith("3.11."):
+        wanted.append(TORCH)  # the CPU wheel on this disk is for 3.11 only
     if "onnxruntime-gpu" in names:
         wanted.append(f"onnxruntime=={names['onnxruntime-gpu']}")
     if "numpy" in ships:
@@ -102,7 +111,7 @@ def _triton_layout(env: Path) -> None:
     shutil.copytree(wheel / "backends", opt / "backends", ignore=shutil.ignore_patterns("*stub"))
     shutil.copytree(wheel / "caches", opt / "caches")
     shutil.copytree(libs, opt / "lib")  # bin/tritonserver's RPATH: ${ORIGIN}/../lib
-    version = ".".join(_python_version(IMAGE_PYTHON).split(".")[:2])
+    version = ".".join(_python_version(str(env / "bin" / "python")).split(".")[:2])
     stub = wheel / "python_backend_stubs" / version / "triton_python_backend_stub"
     shutil.copy2(stub, opt / "backends" / "python" / "triton_python_backend_stub")
     # perf_analyzer (the SDK stage's) on PATH, the CUDA runtime it links beside it
@@ -115,22 +124,25 @@ def _triton_layout(env: Path) -> None:
     shutil.copy2(cudart, env / "lib" / "libcudart.so.12")
 
 
-def _make(env: Path, lock: Path, ships: dict[str, str], source: set[str], triton: bool) -> dict:
+def _make(
+    env: Path, lock: Path, ships: dict[str, str], source: set[str], triton: bool, python: str
+) -> dict:
     from tests.image_rehearsal import lock_subset
 
-    subprocess.run([IMAGE_PYTHON, "-m", "venv", "--without-pip", str(env)], check=True)
-    subset, skipped = lock_subset(lock.read_text(), source)
+    subprocess.run([python, "-m", "venv", "--without-pip", str(env)], check=True)
+    version = _python_version(python)
+    subset, skipped = lock_subset(lock.read_text(), source, version)
     (env / "requirements.lock").write_text(subset)
     pip = [sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "-q"]
     subprocess.run([*pip, "--no-deps", "--require-hashes", "-r", str(env / "requirements.lock")],
                    check=True, stdout=sys.stderr)  # fmt: skip
-    stand_ins = _stand_ins([s.entry for s in skipped], ships)
+    stand_ins = _stand_ins([s.entry for s in skipped], ships, version)
     if stand_ins:
         subprocess.run([*pip, "--no-deps", *stand_ins], check=True, stdout=sys.stderr)
     if triton:
         _triton_layout(env)
     return {
-        "python": _python_version(IMAGE_PYTHON),
+        "python": version,
         "skipped": [f"{s.entry}: {s.reason}" for s in skipped],
         "stand_ins": stand_ins,
         "absent_from_base": sorted(set(ships) - {"torch", "numpy"}),
@@ -150,9 +162,10 @@ def build(definition: Path, args: dict[str, str], sif: Path) -> None:
     ships = _ships(args.get("SHIPS", ""))
     source = {str(canonical(s)) for s in args.get("SOURCE", "").split(",") if s}
     triton = "SDK" in args
+    python = image_python(args.get("PYTHON"))
     key = hashlib.sha256(
         json.dumps(
-            [RECIPE, IMAGE_PYTHON, lock.read_text(), sorted(ships.items()), sorted(source), triton]
+            [RECIPE, python, lock.read_text(), sorted(ships.items()), sorted(source), triton]
         ).encode()
     ).hexdigest()[:16]
     env = cache_dir() / key
@@ -160,7 +173,7 @@ def build(definition: Path, args: dict[str, str], sif: Path) -> None:
         env.parent.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".partial", dir=env.parent))
         try:
-            made = _make(partial / "env", lock, ships, source, triton)
+            made = _make(partial / "env", lock, ships, source, triton, python)
             (partial / "env" / "standin.json").write_text(json.dumps(made, indent=1))
             try:
                 (partial / "env").rename(env)

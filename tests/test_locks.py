@@ -36,7 +36,21 @@ def spec_of(name: str, root: Path = REPO) -> locks.LockSpec:
 
 
 def test_every_built_image_has_its_own_lock():
-    assert sorted(BUILT) == ["pytorch-25.01", "tensorflow-25.02", "triton-25.01", "triton-25.02-tf"]
+    assert sorted(BUILT) == [
+        "pytorch-24.09", "pytorch-25.01", "tensorflow-24.09", "tensorflow-25.02",
+        "triton-24.09", "triton-24.09-tf", "triton-25.01", "triton-25.02-tf",
+    ]  # fmt: skip
+
+
+def test_a_lock_is_resolved_for_its_bases_python_and_glibc():
+    for name, python, platform in (
+        ("triton-25.01", "3.12", "x86_64-manylinux_2_39"),  # Ubuntu 24.04
+        ("triton-24.09", "3.10", "x86_64-manylinux_2_35"),  # Ubuntu 22.04
+    ):
+        spec = spec_of(name)
+        assert (spec.python, spec.platform) == (python, platform)
+        text = spec.lock_path.read_text()
+        assert f"--python-version {python}" in text and f"--python-platform {platform}" in text
     paths = [image["lock"] for image in BUILT.values()]
     assert len(set(paths)) == len(paths)
 
@@ -104,7 +118,9 @@ def test_the_temporary_constraints_file_leaves_no_trace_in_the_notes():
 
 
 def test_an_unknown_image_is_named_with_the_valid_choices():
-    with pytest.raises(ConfigError, match=r"unknown image 'nope'; valid choices: pytorch-25.01, "):
+    with pytest.raises(
+        ConfigError, match=r"unknown image 'nope'; valid choices: pytorch-24.09, pytorch-25.01, "
+    ):
         locks.main(["--image", "nope"])
 
 
@@ -153,6 +169,24 @@ def _ships_check() -> str:
     return definition.split("<<'CHECK'\n", 1)[1].split("\nCHECK\n", 1)[0]
 
 
+@pytest.mark.parametrize("definition", ["framework.def", "triton.def"])
+def test_the_definition_checks_the_bases_python_is_the_locks(definition, tmp_path):
+    text = (REPO / "envs" / definition).read_text()
+    script = tmp_path / "python_check.py"
+    script.write_text(text.split("<<'PYTHON_CHECK'\n", 1)[1].split("\nPYTHON_CHECK\n", 1)[0])
+    assert '"{{ PYTHON }}"' in text and "\n    PYTHON=3.12\n" in text  # passed, with a default
+    this = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    ok = subprocess.run(
+        [sys.executable, str(script), this], capture_output=True, text=True, check=False
+    )
+    assert ok.returncode == 0, ok.stderr
+    wrong = subprocess.run(
+        [sys.executable, str(script), "3.10"], capture_output=True, text=True, check=False
+    )
+    assert wrong.returncode != 0
+    assert f"the base image's Python is {this}, not 3.10 (images.<image>.release" in wrong.stderr
+
+
 def test_the_definition_checks_what_the_base_ships(tmp_path):
     script = tmp_path / "check.py"
     script.write_text(_ships_check())
@@ -180,11 +214,14 @@ def test_build_args_carry_the_lock_what_the_base_ships_and_source_builds():
         "FROM=nvcr.io/nvidia/pytorch:25.01-py3",
         "LOCK=envs/containers/pytorch-25.01.lock",
         "SHIPS=numpy torch==2.6.0a0+ecf3bae40a",
+        "PYTHON=3.12",
     ]
-    assert images.build_args(config["triton-25.02-tf"])[-2:] == [
+    assert images.build_args(config["triton-25.02-tf"])[-3:] == [
         "LOCK=envs/containers/triton-25.02-tf.lock",
         "SOURCE=geventhttpclient",
+        "PYTHON=3.12",
     ]
+    assert images.build_args(config["triton-24.09"])[-1] == "PYTHON=3.10"
     for definition in ("framework.def", "triton.def"):
         text = (REPO / "envs" / definition).read_text()
         assert "{{ LOCK }}" in text and "{{ INSTALLER }}" in text
