@@ -8,7 +8,11 @@ measured ``trials`` times, the points alternating (trial 1 of every point, then 
 that drift of the machine spreads over all of them; the CSV row is the trials' mean with its
 95 % confidence interval (:mod:`deploybench.stats`), the sidecar CSV keeps every trial.
 
-One trial is perf_analyzer in ``count_windows`` mode: a measurement merges its last 3 windows,
+A trial is measured as the runner that made the model's page measured
+(``models.<m>.perf.measurement_mode``). In ``time_windows`` mode (perf_client's ``-p``: nnU-Net,
+ResNet-50, FastPitch) a window lasts ``measurement_interval_ms`` and the trial is 3 of them, as
+perf_analyzer merges its last 3 windows. Otherwise a trial is perf_analyzer in ``count_windows``
+mode (BERT, TFT): a measurement merges its last 3 windows,
 each at least 1 s long and lasting until ``request_count`` requests finished (perf_analyzer
 2.41 ignores ``--measurement-interval`` in this mode). So that a fast point is not judged on a
 few seconds, the request count per window is raised until a trial lasts ``min_duration_ms``
@@ -74,10 +78,16 @@ class Point:
     concurrency: int
 
 
+MEASUREMENT_MODES = ("count_windows", "time_windows")
+
+
 @dataclass(frozen=True)
 class MeasureSettings:
     request_count: int  # requests per window, at least (unless the duration cap lowers it)
     measurement_interval_ms: int = 5000
+    # count_windows: windows of request_count requests; time_windows: of the interval (DLE's
+    # perf_client -p 10000 for nnU-Net, ResNet-50 and FastPitch), whose length is the trial's
+    measurement_mode: str = "count_windows"
     max_retries: int = 10
     retry_request_step: int = 50
     warmup_factor: int = 2  # warm-up uses this many times the requests; 0: no warm-up
@@ -90,11 +100,16 @@ class MeasureSettings:
     # (None: its default, 10); each window lasts a second at least
     max_windows: int | None = None
 
+    @property
+    def time_windows(self) -> bool:
+        return self.measurement_mode == "time_windows"
+
     def requests_per_window(self, rate: float | None) -> tuple[int, bool]:
         """The request count per window for a point that completes ``rate`` requests a second
         (None: not known yet), and whether the duration cap cut it: the configured count (or
-        the floor's) would have made the trial outlast ``max_duration_ms``."""
-        if not rate or rate <= 0:
+        the floor's) would have made the trial outlast ``max_duration_ms``. Time windows count
+        no requests: their length is the interval's."""
+        if not rate or rate <= 0 or self.time_windows:
             return self.request_count, False
         window_s = self.min_duration_ms / 1000 / WINDOWS * FLOOR_MARGIN
         wanted = max(self.request_count, math.ceil(rate * window_s))
@@ -159,15 +174,21 @@ def perf_command(
     stability_percentage: str | None = None,
     output_bytes_per_sample: int = 0,
     max_windows: int | None = None,
+    mode: str = "count_windows",
 ) -> list[str]:
     """The perf_analyzer command line for one point (DLE's flags), over ``transport``: ``-i
     http|grpc``, and ``--shared-memory system|cuda`` unless it uses none (perf_analyzer's
     default; its flags as parsed by triton-inference-server/client r23.12,
     src/c++/perf_analyzer/command_line_parser.cc, the source of tritonclient 2.41's binary).
 
+    ``mode``: count_windows (``--measurement-request-count``) or time_windows (windows of
+    ``interval_ms``, as perf_client's ``-p``).
+
     The output shared-memory region (system or CUDA) must hold a whole batch of outputs (an
     nnU-Net volume is 25 MB a sample), so it is sized from the bytes one sample's outputs take.
     """
+    if mode not in MEASUREMENT_MODES:
+        raise PerfError(f"unknown measurement mode {mode!r}; valid choices: {MEASUREMENT_MODES}")
     cmd = [
         str(tools.perf_analyzer_binary()),
         "-m", model_name,
@@ -178,8 +199,8 @@ def perf_command(
         "--input-data", str(input_data),
         "--measurement-interval", str(interval_ms),
         "--concurrency-range", f"{point.concurrency}:{point.concurrency}:1",
-        "--measurement-mode", "count_windows",
-        "--measurement-request-count", str(request_count),
+        "--measurement-mode", mode,
+        *(["--measurement-request-count", str(request_count)] if mode == "count_windows" else []),
         "-f", str(result_csv),
         "--verbose-csv",
     ]  # fmt: skip
@@ -331,7 +352,7 @@ def measure_point(
     with tempfile.TemporaryDirectory(prefix="deploybench-pa-") as tmp:
         result_csv = Path(tmp) / "point.csv"
 
-        def attempt(requests: int, stability: str | None) -> tuple[int, str]:
+        def attempt(requests: int, stability: str | None, windows_of: int = 1) -> tuple[int, str]:
             check_server()
             result_csv.unlink(missing_ok=True)
             cmd = perf_command(
@@ -341,11 +362,12 @@ def measure_point(
                 point=point,
                 input_data=input_data,
                 request_count=requests,
-                interval_ms=settings.measurement_interval_ms,
+                interval_ms=settings.measurement_interval_ms * windows_of,
                 result_csv=result_csv,
                 stability_percentage=stability,
                 output_bytes_per_sample=output_bytes_per_sample,
                 max_windows=settings.max_windows,
+                mode=settings.measurement_mode,
             )
             code, out = run_perf_analyzer(cmd, settings.timeout_s, log_file)
             if code != 0 and UNSTABLE_MARKER not in out:
@@ -354,7 +376,13 @@ def measure_point(
             return code, out
 
         if warm_up and settings.warmup_factor:
-            code, out = attempt(settings.request_count * settings.warmup_factor, NO_STABILITY_CHECK)
+            # longer windows: more requests, or (time windows) a longer interval
+            factor = settings.warmup_factor
+            code, out = attempt(
+                settings.request_count * factor,
+                NO_STABILITY_CHECK,
+                windows_of=factor if settings.time_windows else 1,
+            )
             if code == 0:
                 rate = request_rate(parse_result(result_csv, out), point.batch)
 
@@ -380,7 +408,13 @@ def measure_point(
                 continue
             values = parse_result(result_csv, out)
             seconds = measured_seconds(values, point.batch)
-            if seconds is not None and seconds < floor_s and not capped and short < FLOOR_RERUNS:
+            if (
+                seconds is not None
+                and seconds < floor_s
+                and not capped
+                and short < FLOOR_RERUNS
+                and not settings.time_windows  # their length is the interval's, not ours
+            ):
                 short += 1
                 log.warning(
                     "%s measured %.2f s with %d requests a window, under the %.2f s floor",
@@ -393,6 +427,9 @@ def measure_point(
                 floor_requests, capped = settings.requests_per_window(rate)
                 requests = max(requests, floor_requests)
                 continue
+            if settings.time_windows:  # the requests its windows held, not a count asked for
+                measured = values.get("measured_requests")
+                requests = math.ceil(measured / WINDOWS) if measured else 0
             return _row(point, values, requests, stability is None, attempts, capped)
 
 

@@ -82,6 +82,7 @@ MODEL_STEPS = ("prepare_checkpoint", "export")
 IDENTITY_KEYS = ("module", "hparams", "checkpoint", "checkpoint_ema", "seed")
 # `models.<m>.perf` values that say how each point is measured (perf.MeasureSettings).
 MEASURE_KEYS = (
+    "measurement_mode",
     "request_count",
     "measurement_interval_ms",
     "max_retries",

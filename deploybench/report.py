@@ -283,6 +283,7 @@ def configuration_table(
         "Max batch size": config.get("max_batch_size"),
         "Number of model instances": config.get("model_instances"),
         "Dataset": config.get("dataset"),
+        "Measurement mode": measure.get("measurement_mode"),
         "Request count": measure.get("request_count"),
         "Measurement interval (ms)": measure.get("measurement_interval_ms"),
         "Trials per point": measure.get("trials"),

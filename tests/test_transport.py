@@ -45,6 +45,20 @@ DLE: dict[tuple[str, str], tuple[str, str]] = {
     ("bert", "offline"): ("grpc", "system"),
     ("bert", "online"): ("grpc", "none"),
 }
+# DLE's measurement per model (the same in both scenarios): perf_analyzer's mode and window, as
+# the runner that made the model's page measured (read at the commits the pages match).
+MEASUREMENT: dict[str, tuple[str, int, int | None]] = {
+    # (mode, window interval ms, requests a window); run_performance_on_triton.py (BERT, TFT):
+    # perf_analyzer count_windows for a tritonclient >= 2.11.0 (BERT: 21.10 SDK, 2.15)
+    "tft": ("count_windows", 5000, 500),
+    "tft_traffic": ("count_windows", 5000, 500),
+    "bert": ("count_windows", 5000, 50),
+    # run_{offline,online}_performance_test_on_triton.py: perf_client -p 10000 (time windows;
+    # ConvNets 169b0818 with the 20.12 SDK, FastPitch ba8f04bf 21.02, nnU-Net 905e9e50 21.02)
+    "nnunet": ("time_windows", 10000, None),
+    "resnet50": ("time_windows", 10000, None),
+    "fastpitch": ("time_windows", 10000, None),
+}
 # A published GPU format of each model, as planned on a GPU of the config.
 GPU_RUNS = {
     "tft": ("A30", "trt", "fp16"),
@@ -84,7 +98,21 @@ def command(spec: dict[str, Any], tmp_path: Path, output_bytes: int = 0) -> list
         interval_ms=spec["measure"]["measurement_interval_ms"],
         result_csv=tmp_path / "point.csv",
         output_bytes_per_sample=output_bytes,
+        mode=spec["measure"]["measurement_mode"],
     )
+
+
+def test_every_model_measures_in_its_runners_mode_on_a_gpu_and_in_requests_on_the_cpu(config):
+    assert set(MEASUREMENT) == set(config["models"])
+    for model, (mode, interval_ms, requests) in MEASUREMENT.items():
+        measure = dbplan.plan_run(config, model, *GPU_RUNS[model]).measure
+        assert measure["measurement_mode"] == mode, model
+        assert measure["measurement_interval_ms"] == interval_ms, model
+        if requests is not None:
+            assert measure["request_count"] == requests, model
+        # on 2 cores a 10 s window may hold no nnU-Net request: the cpu sizing counts requests
+        cpu = dbplan.plan_run(config, model, "cpu", CPU_FORMATS[model], "fp32").measure
+        assert cpu["measurement_mode"] == "count_windows", model
 
 
 def test_every_configured_model_has_its_dle_transport(config):
@@ -117,6 +145,8 @@ def test_gpu_command_line_is_dles(config, tmp_path, monkeypatch, model, scenario
             "--output-shared-memory-size", str(max(perf.MIN_OUTPUT_SHM_BYTES, 300_000 * batch)),
         ]
     )  # fmt: skip
+    mode, interval_ms, requests = MEASUREMENT[model]
+    counted = [] if requests is None else ["--measurement-request-count", str(requests)]
     assert command(spec, tmp_path, output_bytes) == [
         "/opt/pa",
         "-m", model,
@@ -125,10 +155,10 @@ def test_gpu_command_line_is_dles(config, tmp_path, monkeypatch, model, scenario
         "-u", "127.0.0.1:8000",
         "-i", protocol,
         "--input-data", str(tmp_path / "data.json"),
-        "--measurement-interval", str(spec["measure"]["measurement_interval_ms"]),
+        "--measurement-interval", str(interval_ms),
         "--concurrency-range", f"{concurrency}:{concurrency}:1",
-        "--measurement-mode", "count_windows",
-        "--measurement-request-count", str(spec["measure"]["request_count"]),
+        "--measurement-mode", mode,
+        *counted,
         "-f", str(tmp_path / "point.csv"),
         "--verbose-csv",
         *shm,

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from deploybench import accuracy, perf
+from deploybench.errors import PerfError
 from deploybench.plan import PLATFORMS
 from deploybench.repository import build_repository, model_config
 from deploybench.tensors import TENSOR_TYPES, TensorSpec
@@ -166,6 +167,43 @@ def test_never_stable_point_is_kept_and_flagged(tmp_path, monkeypatch):
     row = measure(tmp_path, settings)
     assert row["stable"] is False and row["throughput"] == 255.716
     assert calls.read_text().split("\n")[:-1] == ["50 ", "100 ", "100 1000"]
+
+
+TIME_WINDOWS = """#!/usr/bin/env bash
+# stand-in perf_analyzer in time windows: 40 requests a window of any length
+args="$*"; out=""
+while [ $# -gt 0 ]; do case "$1" in -f) out=$2; shift;; esac; shift; done
+echo "$args" >> {calls}
+printf 'Client: \\n    Request count: 120\\n'
+cat > "$out" <<CSV
+{csv}CSV
+"""
+
+
+def test_time_windows_are_measured_as_perf_clients_p(tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    _fake_perf_analyzer(tmp_path, monkeypatch, TIME_WINDOWS.format(calls=calls, csv=PA_CSV))
+    settings = perf.MeasureSettings(
+        request_count=500,
+        measurement_interval_ms=10000,
+        measurement_mode="time_windows",
+        warmup_factor=2,
+        min_duration_ms=60000,  # longer than 3 windows: not ours to stretch, so not re-measured
+    )
+    row = measure(tmp_path, settings)
+    warm_up, trial = [line.split() for line in calls.read_text().splitlines()]
+    for cmd, interval in ((warm_up, "20000"), (trial, "10000")):  # warm-up: 2 windows' worth
+        assert cmd[cmd.index("--measurement-mode") + 1] == "time_windows"
+        assert cmd[cmd.index("--measurement-interval") + 1] == interval
+        assert "--measurement-request-count" not in cmd
+    # the row's requests a window are those its windows held: 120 over 3
+    assert row["request_count"] == 40 and row["attempts"] == 1 and row["stable"] is True
+    with pytest.raises(PerfError, match="unknown measurement mode 'windows'"):
+        perf.perf_command(
+            model_name="m", url="u", transport=Transport("http", "none"),
+            point=perf.Point(1, 1), input_data=tmp_path / "d", request_count=1,
+            interval_ms=1, result_csv=tmp_path / "r", mode="windows",
+        )  # fmt: skip
 
 
 def test_perf_analyzer_failure_is_an_error(tmp_path, monkeypatch):
