@@ -160,6 +160,7 @@ def resolve(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: s
     run.converter  # noqa: B018 - raises if the precision cannot be made
     check_sizes(run)
     check_task(run)
+    check_path(f"models.{model}.perf.input_data", settings["perf"].get("input_data"))
     return run
 
 

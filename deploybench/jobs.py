@@ -436,9 +436,11 @@ def perf(
     from .perf import (
         MeasureSettings,
         Point,
+        inputs_digest,
         measure_point,
         measure_trials,
         output_bytes_per_sample,
+        read_input_files,
         shared_memory_guard,
         summarize,
         write_input_data,
@@ -470,7 +472,13 @@ def perf(
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
         # one example, made as the seed page's perf data was (Family.perf_inputs)
-        sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
+        # DLE's own input files (perf.input_data), or the family's
+        if spec.get("input_data"):
+            sample = read_input_files(Path(spec["input_data"]), family.inputs)
+            input_source = f"{spec['input_data']}: raw input files (perf.input_data)"
+        else:
+            sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
+            input_source = family.perf_input_source(seed=0, dataset=spec.get("dataset_path"))
         progress.say("%s: starting tritonserver (%s) …", label, repository)
         with (
             graceful_signals(),
@@ -543,6 +551,13 @@ def perf(
         "points": spec["points"],
         "measure": spec["measure"],
         "transport": spec["transport"],
+        # what the rows were measured with: the weights (None: seeded) and the example sent
+        "checkpoint": spec["model"].get("checkpoint"),
+        "inputs": {
+            "source": input_source,
+            "sha256": inputs_digest(sample),
+            "files": spec.get("input_data"),
+        },
         **run,
     }
     if spec.get("batch_models"):  # the model each batch was measured on
@@ -624,6 +639,7 @@ def report(
     from .report import (
         between_runs_section,
         chart_image,
+        publication_gate,
         published_notes,
         published_rows,
         ratios,
@@ -667,8 +683,16 @@ def report(
                 )
             )
         matched = published_rows(config, reference, run["path"])
-        comparisons[run["path"]] = ratios(measured[run["path"]], matched)
         notes[run["path"]] = published_notes(config, reference, run["path"])
+        blockers, passed = publication_gate(config, run, provenance)
+        if not matched.empty and blockers:  # shown for reference, never as a ratio
+            notes[run["path"]].append(
+                f"Not set beside its {len(matched)} published rows: {'; '.join(blockers)}."
+            )
+            matched = matched.iloc[:0]
+        elif not matched.empty and passed:
+            notes[run["path"]].append(f"Preflight passed: {', '.join(passed)}.")
+        comparisons[run["path"]] = ratios(measured[run["path"]], matched)
         # nothing published for it (a CPU run): which rows its published charts show instead
         instead = reference_note(config, reference, run["path"])
         notes[run["path"]] += [instead] if instead else []

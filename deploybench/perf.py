@@ -55,10 +55,11 @@ from .columns import (
     LATENCY_COLUMNS,
     THROUGHPUT_COLUMNS,
 )
-from .errors import PerfError
+from .errors import DataError, PerfError
 from .process import die_with_parent
 from .progress import TrialDone
 from .server import SHM_DIR
+from .tensors import TensorSpec
 from .transport import Transport
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,38 @@ def _tensor_data(example: np.ndarray) -> dict[str, Any]:
         raw = np.ascontiguousarray(example, dtype=example.dtype.newbyteorder("<")).tobytes()
         return {"content": {"b64": base64.b64encode(raw).decode("ascii")}, "shape": shape}
     return {"content": example.ravel().tolist(), "shape": shape}
+
+
+def read_input_files(directory: Path, inputs: Iterable[TensorSpec]) -> dict[str, np.ndarray]:
+    """One example (batch 1) from perf_analyzer input files as DLE's ``prepare_input_data.py``
+    wrote them: ``<directory>/<input name>``, raw little-endian values of the input's type,
+    exactly its shape's count (FastPitch's ``INPUT__0``: 128 int64 symbol ids). Read as numbers
+    only (``np.fromfile``), never as code."""
+    feeds = {}
+    for spec in inputs:
+        path = Path(directory) / spec.name
+        if not path.is_file():
+            raise DataError(f"{path}: no input file for {spec.name} (perf.input_data)")
+        values = np.fromfile(path, dtype=np.dtype(spec.dtype).newbyteorder("<"))
+        count = math.prod(spec.shape)
+        if values.size != count:
+            raise DataError(
+                f"{path}: {values.size} {spec.dtype} values, but {spec.name} takes {count} "
+                f"(shape {list(spec.shape)})"
+            )
+        feeds[spec.name] = values.astype(spec.dtype).reshape((1, *spec.shape))
+    return feeds
+
+
+def inputs_digest(feeds: dict[str, np.ndarray]) -> str:
+    """sha256 of the example perf_analyzer sends (names, types, shapes and bytes): what a row
+    was measured with, comparable across runs."""
+    digest = hashlib.sha256()
+    for name in sorted(feeds):
+        array = np.ascontiguousarray(feeds[name])
+        digest.update(f"{name}:{array.dtype.str}:{list(array.shape)}:".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
 def write_input_data(feeds: dict[str, np.ndarray], path: Path) -> None:

@@ -226,6 +226,8 @@ class PerfSpec(TypedDict):
     # the task's data set (accuracy.task.path), where one is configured: a family may draw its
     # perf data from it, as DLE did (Family.perf_inputs)
     dataset_path: NotRequired[str]
+    # perf.input_data: DLE's perf input, raw files named after the inputs
+    input_data: NotRequired[str]
     # offline with engines: per_batch: batch (as text) -> the model its points are measured on
     batch_models: NotRequired[dict[str, str]]
 
@@ -480,6 +482,7 @@ class RunPlan:
     engines: EngineLayout | None = None
     # role (framework | triton) -> the image that runs its jobs (the newest that drives its GPU)
     containers: Mapping[str, str] = field(default_factory=lambda: frozen({}))
+    perf_input_data: str | None = None  # models.<m>.perf.input_data
 
     @property
     def path(self) -> str:
@@ -630,6 +633,8 @@ class RunPlan:
         dataset_path = (self.accuracy.get("task") or {}).get("path")
         if dataset_path:  # absent otherwise: the spec of a config without one is unchanged
             spec["dataset_path"] = dataset_path
+        if self.perf_input_data:  # DLE's own perf input files (absent: the family's)
+            spec["input_data"] = self.perf_input_data
         if scenario == "offline" and self.batch_engines:  # each batch on its own engine
             spec["batch_models"] = self.batch_models()
         return spec
@@ -716,6 +721,7 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         tensorrt=None if tensorrt is None else frozen(tensorrt),
         engines=engines,
         containers=frozen(run.settings["containers"]),
+        perf_input_data=run.settings["perf"].get("input_data"),
     )
     return replace(plan, groups=frozen(pack_groups(plan.jobs(), max_runtime, run.path)))
 

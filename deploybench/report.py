@@ -152,6 +152,32 @@ def reference_note(config: dict[str, Any], published: pd.DataFrame, run_path: st
     )
 
 
+def publication_gate(
+    config: dict[str, Any], run: dict[str, Any], provenance: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """Why a run's rows are not set beside the published ones (none: they are), and the
+    preflights that passed for it. A GPU run needs its images' preflight on its GPU to have
+    passed (``run["preflight"]``: the reports; a failed preflight writes none); a model whose
+    work depends on its weights or input (``models.<m>.published_needs``) needs the trained
+    checkpoint and DLE's own perf input (``perf.input_data``), as its provenance records them."""
+    blockers, passed = [], []
+    for path in run.get("preflight") or []:
+        report = read_json(path) if Path(path).is_file() else None
+        if report is None or not report.get("ok"):
+            blockers.append(f"the preflight {path} has not passed (`snakemake preflight`)")
+        else:
+            passed.append(f"{report['image']} on {report['gpu']} ({report.get('created')})")
+    model = run["path"].split("/")[0]
+    needs = (config["models"].get(model) or {}).get("published_needs") or {}
+    measured = provenance.get("config") or {}
+    if "checkpoint" in needs and not measured.get("checkpoint"):
+        blockers.append(f"its weights are seeded, not trained ({needs['checkpoint']})")
+    if "input_data" in needs and not (measured.get("inputs") or {}).get("files"):
+        source = (measured.get("inputs") or {}).get("source", "not recorded")
+        blockers.append(f"its perf input is not DLE's: {source} ({needs['input_data']})")
+    return blockers, passed
+
+
 def published_notes(config: dict[str, Any], published: pd.DataFrame, run_path: str) -> list[str]:
     """What a run's comparison with the published figures must say where the published label
     is not what was run (``models.<m>.published_ran``): for the run compared with rows labelled

@@ -630,6 +630,13 @@ def report_runs(wildcards):
                 "provenance": f"{base}/offline.provenance.json",
                 "plots": [in_run(p, plan) for p in plot_files("png")],
                 "accelerator": plan.accelerator,
+                # a GPU run is set beside the published rows once its images' preflight on
+                # that GPU passed (the reports of a failed one are never written)
+                "preflight": (
+                    [PREFLIGHT.format(gpu=plan.gpu, image=i) for i in plan.containers.values()]
+                    if plan.device == "gpu" and not dbplan.container_free(config["gpus"][plan.gpu])
+                    else []
+                ),
                 # the conversion's record (TF-TRT: its engines) for the configuration table
                 "conversion": (
                     f"{in_run(CONVERTED, plan, artifact=plan.artifact)}.provenance.json"
@@ -655,6 +662,7 @@ def report_inputs(wildcards):
         "csv": [r[s] for r in runs for s in SCENARIOS],
         "provenance": [r["provenance"] for r in runs],
         "conversion": [r["conversion"] for r in runs if r["conversion"]],
+        "preflight": sorted({p for r in runs for p in r["preflight"]}),
         "plots": [p for r in runs for p in r["plots"]],
         "search": [f for r in runs if r["search"] for f in r["search"].values()],
     }

@@ -169,3 +169,23 @@ def test_fp16_and_fp32_reach_the_real_perf_analyzer(tmp_path):
     assert "infer/s" in perf16.detail
     assert json.loads((tmp_path / "canary" / "canary.json").read_text()) == summary
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_dles_own_input_files_are_read_as_numbers(tmp_path):
+    """perf.input_data: a directory of raw files named after the inputs, as DLE's
+    prepare_input_data.py writes them (FastPitch's INPUT__0: 128 int64 ids)."""
+    from deploybench.perf import inputs_digest, read_input_files
+    from deploybench.tensors import TensorSpec
+
+    spec = TensorSpec("INPUT__0", "int64", (128,))
+    ids = np.arange(128, dtype="<i8") % 40
+    ids.tofile(tmp_path / "INPUT__0")
+    feeds = read_input_files(tmp_path, [spec])
+    assert feeds["INPUT__0"].shape == (1, 128) and (feeds["INPUT__0"][0] == ids).all()
+    assert inputs_digest(feeds) == inputs_digest({"INPUT__0": ids.reshape(1, 128).copy()})
+    assert inputs_digest(feeds) != inputs_digest({"INPUT__0": (ids + 1).reshape(1, 128)})
+    ids[:100].tofile(tmp_path / "INPUT__0")
+    with pytest.raises(DataError, match=r"100 int64 values, but INPUT__0 takes 128"):
+        read_input_files(tmp_path, [spec])
+    with pytest.raises(DataError, match="no input file for OTHER"):
+        read_input_files(tmp_path, [TensorSpec("OTHER", "float32", (2,))])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 import zipfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -255,3 +256,55 @@ def test_snakemake_report_bundles_the_plots(reported):
     names = zipfile.ZipFile(work / "report.zip").namelist()
     assert any(n.endswith("offline_throughput.svg") for n in names)
     assert any(n.endswith("tft.html") for n in names)
+
+
+def _gpu_page(tmp_path: Path, preflight: list[str]) -> str:
+    """jobs.report on one A30 TFT trt fp16 run (published offline batch 1 and 8)."""
+    name = "tft/A30/trt/fp16"
+    directory = write_run(tmp_path / "results", run=name)
+    provenance = directory / "offline.provenance.json"
+    provenance.write_text(json.dumps({"config": {"gpu_name": "NVIDIA A30"}}))
+    run = {
+        "path": name, "offline": str(directory / "offline.csv"),
+        "online": str(directory / "online.csv"), "plots": [], "provenance": str(provenance),
+        "accelerator": "none", "search": None, "preflight": preflight,
+    }  # fmt: skip
+    stems = {s: str(tmp_path / "reports" / f"comparison_{s}") for s in ("offline", "online")}
+    spec = {"model": "tft", "runs": [run], "stems": stems, "options": {"width": 300, "height": 200}}
+    page = tmp_path / "reports" / "tft.md"
+    jobs.report(
+        spec, published=str(PUBLISHED), markdown=str(page), html=str(page.with_suffix(".html")),
+        config=base_config(),
+    )  # fmt: skip
+    return page.read_text().split("## Measured vs published", 1)[1].split("## Between runs")[0]
+
+
+def test_a_gpu_run_is_set_beside_the_published_rows_only_after_its_preflight_passed(tmp_path):
+    reports = [tmp_path / "preflight" / f"{image}.json" for image in ("pytorch-25.01", "x")]
+    # no report: the preflight failed (a failed one writes none) or never ran
+    section = _gpu_page(tmp_path / "a", [str(p) for p in reports])
+    assert "Not set beside its" in section and "has not passed (`snakemake preflight`)" in section
+    assert "No published figures for this configuration." in section
+    for path, image in zip(reports, ("pytorch-25.01", "triton-25.01"), strict=True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"ok": True, "image": image, "gpu": "A30", "created": "2026-11-27T10:00:00"}
+        path.write_text(json.dumps(record))
+    section = _gpu_page(tmp_path / "b", [str(p) for p in reports])
+    assert "Preflight passed: pytorch-25.01 on A30 (2026-11-27T10:00:00), triton-25.01" in section
+    assert "Throughput ratio" in section and "Not set beside" not in section
+
+
+def test_fastpitch_rows_need_its_trained_weights_and_dles_input_to_be_compared():
+    from deploybench.report import publication_gate
+
+    config = base_config()
+    run = {"path": "fastpitch/A30/ts-trace/fp16", "preflight": []}
+    seeded = {"config": {"checkpoint": None, "inputs": {"source": "seeded letters", "files": None}}}
+    blockers, _ = publication_gate(config, run, seeded)
+    assert len(blockers) == 2
+    assert blockers[0].startswith("its weights are seeded, not trained (the decoder's length")
+    assert blockers[1].startswith("its perf input is not DLE's: seeded letters (DLE sent LJ045")
+    dles = {"config": {"checkpoint": "ckpt.pt", "inputs": {"files": "/data/fastpitch_input"}}}
+    assert publication_gate(config, run, dles) == ([], [])
+    # a dense network's work does not depend on them: seeded TFT is compared
+    assert publication_gate(config, {"path": "tft/A30/trt/fp16"}, seeded) == ([], [])

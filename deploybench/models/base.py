@@ -70,6 +70,10 @@ class Family:
         DLE perf data came from it. By default the seeded example inputs."""
         return self.example_inputs(1, seed)
 
+    def perf_input_source(self, seed: int, dataset: str | Path | None = None) -> str:
+        """What :meth:`perf_inputs` sends, in words (each run's provenance says it)."""
+        return f"seeded example inputs (seed {seed})"
+
     # Per framework (TorchFamily, KerasFamily): weights, the serving model, its outputs.
     def init_state(self, seed: int) -> dict[str, Any]:
         """A seeded-random initialisation as a workflow checkpoint (``{"model": weights}``)."""

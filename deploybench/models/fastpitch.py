@@ -735,6 +735,18 @@ class FastPitchFamily(TorchFamily):
             )
         return {"INPUT__0": tile_ids(ids, self.cfg.text_length)[np.newaxis]}
 
+    def perf_input_source(self, seed: int, dataset: str | Path | None = None) -> str:
+        length = self.cfg.text_length
+        if not dataset:
+            return (
+                f"seeded letters, spaces and punctuation filling {length} symbols (seed {seed}); "
+                "DLE sent LJ045-0096 in ARPAbet"
+            )
+        return (
+            f"the first utterance of {find_filelist(Path(dataset))} as letters (english_basic, "
+            f"no ARPAbet), tiled to {length} symbols; DLE sent it in ARPAbet"
+        )
+
     def accuracy_quantities(
         self, reference: dict[str, np.ndarray], actual: dict[str, np.ndarray]
     ) -> Quantities:

@@ -512,6 +512,11 @@ class TFTFamily(TorchFamily):
             return feeds
         raise DataError(f"{dataset}: the test split has no example to make the perf input of")
 
+    def perf_input_source(self, seed: int, dataset: str | Path | None = None) -> str:
+        if not dataset:
+            return super().perf_input_source(seed)
+        return f"the test split's first example of {dataset} (DLE's perf input)"
+
     def dataset_batches(
         self, path: str | Path, batch_size: int, limit: int | None
     ) -> Iterator[Batch]:
