@@ -275,7 +275,10 @@ def _server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Iter
         Path(server_log),
         startup_timeout_s=float(server_settings.get("startup_timeout_s", 120)),
         shutdown_timeout_s=float(server_settings.get("shutdown_timeout_s", 30)),
+        environment=server_settings.get("environment"),
     )
+    if server_settings.get("environment"):
+        log.info("server environment: %s", server_settings["environment"])
     with engine_build_lock(Path(repo)) as caches:
         server.start()  # stops the server itself if it fails
     try:
@@ -553,6 +556,7 @@ def perf(
         "transport": spec["transport"],
         # what the rows were measured with: the weights (None: seeded) and the example sent
         "checkpoint": spec["model"].get("checkpoint"),
+        "server_environment": spec["server"].get("environment") or {},
         "inputs": {
             "source": input_source,
             "sha256": inputs_digest(sample),

@@ -711,7 +711,9 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         measure=frozen(measure_settings(run)),
         transport=frozen(transports(run)),
         # per_batch onnx-trt: the servers build each model's engine while they load
-        server=frozen(server_settings(config["server"], how, 1 + len(batches))),
+        server=frozen(
+            server_settings(config["server"], how, 1 + len(batches)) | server_environment(run, how)
+        ),
         info=frozen(run_info(run, how) | (engines.info() if engines else {})),
         gpu_request=gpu_request_of(run.gpu_settings, config.get("slurm") or {}),
         runtime=frozen(runtime),
@@ -993,6 +995,23 @@ def onnxruntime_engine_build(run: Run) -> dict[str, Any]:
 
 # `server` settings that only some runs' jobs read (server_settings).
 ENGINE_BUILD_TIMEOUT = "engine_build_timeout_s"
+
+
+# PyTorch reads it once, as its fp32 matmul precision's default: HIGH (TF32) when set (ATen
+# Context.h: `float32_matmul_precision = c10::utils::check_env("TORCH_ALLOW_TF32_CUBLAS_
+# OVERRIDE") == true ? HIGH : HIGHEST`), in libtorch under Triton's PyTorch backend too.
+TF32_MATMUL_ENV = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+
+
+def server_environment(run: Run, how: ServingSpec) -> dict[str, Any]:
+    """``{"environment": ...}`` for a run whose server runs fp32 matmuls in TF32 as the model's
+    published era did (``models.<m>.tf32_matmul``: PyTorch 1.7 to 1.11 allowed TF32 in cuBLAS
+    by default, 1.12 and later do not): fp32 TorchScript in Triton's PyTorch backend on a GPU.
+    Nothing for any other run (its spec stays as it was)."""
+    tf32 = bool(run.settings.get("tf32_matmul")) and run.device == "gpu"
+    if not (tf32 and how["backend"] == "pytorch" and run.precision == "fp32"):
+        return {}
+    return {"environment": dict(TF32_MATMUL_ENV)}
 
 
 def server_settings(server: Mapping[str, Any], how: ServingSpec, builds: int = 1) -> dict[str, Any]:

@@ -101,8 +101,11 @@ class TritonServer:
         shutdown_timeout_s: float = 30.0,
         start_attempts: int = 3,
         extra_args: tuple[str, ...] = (),
+        environment: dict[str, str] | None = None,
     ) -> None:
         self.repository = Path(repository).resolve()
+        # set in the server's environment (a run's `server.environment`: TF32 in libtorch)
+        self.environment = dict(environment or {})
         self.log_path = Path(log_path)
         self.startup_timeout_s = startup_timeout_s
         self.shutdown_timeout_s = shutdown_timeout_s
@@ -154,7 +157,7 @@ class TritonServer:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=tools.server_environment(),
+                    env=tools.server_environment() | self.environment,
                     start_new_session=True,
                     preexec_fn=die_with_parent(signal.SIGTERM),  # noqa: PLW1509 - the child only calls prctl
                 )

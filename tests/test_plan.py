@@ -464,3 +464,22 @@ def test_schema_requires_a_gpus_compute_capability():
     ]
     # a CPU entry needs none
     assert "compute_capability" not in config["gpus"]["cpu"]
+
+
+def test_fp32_torchscript_runs_matmuls_in_tf32_where_the_published_era_did():
+    config = workflow_config()
+    # 21.02 (nnU-Net, FastPitch) and 21.10 (BERT): PyTorch 1.8/1.10 allowed TF32 in cuBLAS
+    for model, fmt in (("nnunet", "ts-script"), ("fastpitch", "ts-trace"), ("bert", "ts-trace")):
+        server = dbplan.plan_run(config, model, "A100", fmt, "fp32").server
+        assert server["environment"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}, model
+        # not its fp16 TorchScript, nor another backend, nor the CPU default
+        assert "environment" not in dbplan.plan_run(config, model, "A100", fmt, "fp16").server
+        assert "environment" not in dbplan.plan_run(config, model, "A100", "onnx", "fp32").server
+        cpu = dbplan.plan_run(config, model, "cpu", fmt, "fp32")
+        assert "environment" not in cpu.server
+    # TFT's rows are 22.11's: PyTorch 1.13, TF32 off in cuBLAS by default
+    assert "environment" not in dbplan.plan_run(config, "tft", "A30", "ts-trace", "fp32").server
+    # the accuracy and perf jobs start their servers with it
+    spec = dbplan.plan_run(config, "bert", "A100", "ts-trace", "fp32")
+    assert spec.spec("offline")["server"]["environment"] == dbplan.TF32_MATMUL_ENV
+    assert spec.spec("accuracy")["server"]["environment"] == dbplan.TF32_MATMUL_ENV

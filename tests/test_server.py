@@ -158,3 +158,20 @@ def test_killed_job_takes_its_server_down(tmp_path):
     proc.kill()
     proc.wait(timeout=10)
     assert wait_no_processes(str(repo), timeout=40) == []
+
+
+def test_the_server_runs_with_the_runs_environment(tmp_path, monkeypatch):
+    """A run's `server.environment` (TF32 in libtorch) reaches the tritonserver process."""
+    seen = tmp_path / "seen"
+    fake = tmp_path / "tritonserver"
+    fake.write_text(f'#!/bin/sh\necho "$TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" > {seen}\nexit 3\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("DEPLOYBENCH_TRITONSERVER", str(fake))
+    server = srv.TritonServer(
+        tmp_path / "repo", tmp_path / "server.log", startup_timeout_s=5, start_attempts=1,
+        environment={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"},
+    )  # fmt: skip
+    (tmp_path / "repo").mkdir()
+    with pytest.raises(srv.ServerError):
+        server.start()
+    assert seen.read_text() == "1\n"
