@@ -249,6 +249,8 @@ class ReportRun(TypedDict):
     conversion: NotRequired[str | None]
     # the run's serving-configuration search (`search_targets`): csv, choice, chart; or None
     search: dict[str, str] | None
+    # a GPU run's images' preflight reports on its GPU (deploybench.report.publication_gate)
+    preflight: NotRequired[list[str]]
 
 
 class ReportSpec(TypedDict):

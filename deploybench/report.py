@@ -153,7 +153,7 @@ def reference_note(config: dict[str, Any], published: pd.DataFrame, run_path: st
 
 
 def publication_gate(
-    config: dict[str, Any], run: dict[str, Any], provenance: dict[str, Any]
+    config: dict[str, Any], run: Mapping[str, Any], provenance: dict[str, Any]
 ) -> tuple[list[str], list[str]]:
     """Why a run's rows are not set beside the published ones (none: they are), and the
     preflights that passed for it. A GPU run needs its images' preflight on its GPU to have
