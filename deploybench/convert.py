@@ -365,7 +365,7 @@ TRT_ENGINE_OP = "TRTEngineOp"
 TRT_ENGINE_ASSET = "trt-serialized-engine."
 
 
-def trt_engine_counts(saved_model: Path) -> dict[str, int]:
+def trt_engine_counts(saved_model: Path) -> dict[str, Any]:
     """TF-TRT's engines in a SavedModel: ``trt_engine_ops``, its TRTEngineOp nodes (in the
     meta graphs and their function libraries, where a saved signature's body lives; one op may
     appear in several functions: counted once, by name); ``ops_with_engine``, those with a
@@ -394,11 +394,55 @@ def trt_engine_counts(saved_model: Path) -> dict[str, int]:
         name: int(is_static) + _tfrecord_count(assets / (TRT_ENGINE_ASSET + name))
         for name, is_static in static.items()
     }
+    outside = tf_ops_outside_engines(saved)
     return {
         "trt_engine_ops": len(engines),
         "ops_with_engine": sum(1 for n in engines.values() if n > 0),
         "engines": sum(engines.values()),
+        # what the serving signature still runs in TensorFlow (DLE's TF1 static engines took
+        # the whole network; TF2's dynamic conversion may leave ops out)
+        "tf_ops": sum(outside.values()),
+        "tf_op_types": dict(sorted(outside.items())),
     }
+
+
+# Nodes that move or name tensors rather than compute: not counted as work left to TensorFlow.
+PLUMBING_OPS = frozenset(
+    {"Placeholder", "Const", "Identity", "IdentityN", "NoOp", "ReadVariableOp", "VarHandleOp",
+     "StatefulPartitionedCall", "PartitionedCall", TRT_ENGINE_OP}
+)  # fmt: skip
+
+
+def tf_ops_outside_engines(saved: Any, signature: str = "serving_default") -> dict[str, int]:
+    """Op type → how many of the serving signature's compute nodes TensorFlow runs itself: the
+    nodes of the functions its outputs call, and of those they call (``f`` attributes), without
+    plumbing (:data:`PLUMBING_OPS`) or the TRTEngineOps; their native segments (the fallback
+    copies of what an engine runs, ``segment_func``) are not called and not counted."""
+    meta = saved.meta_graphs[0]
+    functions = {f.signature.name: f for f in meta.graph_def.library.function}
+    signatures = meta.signature_def
+    if not signatures:
+        return {}
+    outputs = (
+        signatures[signature] if signature in signatures else next(iter(signatures.values()))
+    ).outputs
+    wanted = {t.name.split(":")[0] for t in outputs.values()}
+    queue = [
+        n.attr["f"].func.name for n in meta.graph_def.node if n.name in wanted and "f" in n.attr
+    ]
+    seen: set[str] = set()
+    counts: dict[str, int] = {}
+    while queue:
+        name = queue.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        for node in functions[name].node_def:
+            if "f" in node.attr:
+                queue.append(node.attr["f"].func.name)
+            if node.op not in PLUMBING_OPS:
+                counts[node.op] = counts.get(node.op, 0) + 1
+    return counts
 
 
 def _tfrecord_count(path: Path) -> int:

@@ -278,7 +278,11 @@ def _cell(value: Any) -> str:
 def trt_engines_text(engines: Mapping[str, Any]) -> str:
     """A TF-TRT conversion's engines, e.g. "3 TRTEngineOp nodes, 3 with an engine (3 engines)"."""
     ops, built = engines.get("trt_engine_ops"), engines.get("ops_with_engine")
-    return f"{ops} TRTEngineOp nodes, {built} with an engine ({engines.get('engines')} engines)"
+    text = f"{ops} TRTEngineOp nodes, {built} with an engine ({engines.get('engines')} engines)"
+    if "tf_ops" in engines:  # recorded since the conversion counts them
+        types = ", ".join(f"{op} {n}" for op, n in (engines.get("tf_op_types") or {}).items())
+        text += f"; {engines['tf_ops']} ops left to TensorFlow" + (f" ({types})" if types else "")
+    return text
 
 
 def transport_text(frame: pd.DataFrame) -> str | None:

@@ -367,10 +367,14 @@ def with_trt_nodes(source: Path, out: Path, engines: dict[str, int]) -> Path:
 
 
 def test_trt_engines_are_counted_in_the_saved_model(saved_model, tmp_path):
+    # the serving signature's compute: all of it in TensorFlow
+    ops = {"AddV2": 1, "MatMul": 1, "Mul": 1, "Relu": 1}
     assert cv.trt_engine_counts(saved_model) == {
         "trt_engine_ops": 0,
         "ops_with_engine": 0,
         "engines": 0,
+        "tf_ops": 4,
+        "tf_op_types": ops,
     }
     converted = with_trt_nodes(
         saved_model, tmp_path / "converted", {"TRTEngineOp_000_000": 2, "TRTEngineOp_000_001": 0}
@@ -379,7 +383,26 @@ def test_trt_engines_are_counted_in_the_saved_model(saved_model, tmp_path):
         "trt_engine_ops": 2,
         "ops_with_engine": 1,
         "engines": 2,
+        "tf_ops": 4,
+        "tf_op_types": ops,
     }
+
+
+def test_the_ops_an_engine_took_are_not_counted_as_left_to_tensorflow(saved_model, tmp_path):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    converted = with_trt_nodes(saved_model, tmp_path / "converted", {"TRTEngineOp_000_000": 1})
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((converted / "saved_model.pb").read_bytes())
+    for function in saved.meta_graphs[0].graph_def.library.function:
+        kept = [n for n in function.node_def if n.op not in ("MatMul", "AddV2")]  # in the engine
+        del function.node_def[:]
+        function.node_def.extend(kept)
+    # a native segment (TF-TRT's fallback copy of the engine's ops) is never called: not counted
+    segment = saved.meta_graphs[0].graph_def.library.function.add()
+    segment.signature.name = "TRTEngineOp_000_000_native_segment"
+    segment.node_def.add(name="m", op="MatMul")
+    assert cv.tf_ops_outside_engines(saved) == {"Mul": 1, "Relu": 1}
 
 
 def test_a_conversion_without_engines_fails_naming_the_cause(saved_model, tmp_path):
@@ -453,7 +476,11 @@ def test_tf_trt_records_its_engines_or_fails(saved_model, tmp_path, monkeypatch,
         assert not out.exists() and not list(tmp_path.glob(".model.savedmodel*"))
         return
     record = convert()
-    assert record["trt_engines"] == {"trt_engine_ops": 1, "ops_with_engine": 1, "engines": 1}
+    engines = {
+        k: record["trt_engines"][k] for k in ("trt_engine_ops", "ops_with_engine", "engines")
+    }
+    assert engines == {"trt_engine_ops": 1, "ops_with_engine": 1, "engines": 1}
+    assert record["trt_engines"]["tf_ops"] == 4  # the stand-in converter leaves them all
     assert record["parameters"]["build_batches"] == [1, 8]
     init, _, build = FakeConverter.calls
     assert init[1]["use_dynamic_shape"] is True  # explicit batch: TensorRT 10 has no other
@@ -467,4 +494,7 @@ def test_report_shows_the_tf_trt_engines():
     provenance = {"config": {"format": "tf-trt"}, "conversion": {"trt_engines": engines}}
     table = configuration_table(provenance)
     assert "| TF-TRT engines | 3 TRTEngineOp nodes, 2 with an engine (2 engines) |" in table
+    engines |= {"tf_ops": 3, "tf_op_types": {"ArgMax": 1, "Softmax": 2}}
+    table = configuration_table({**provenance, "conversion": {"trt_engines": engines}})
+    assert "(2 engines); 3 ops left to TensorFlow (ArgMax 1, Softmax 2) |" in table
     assert "TF-TRT engines" not in configuration_table({"config": {"format": "onnx"}})
