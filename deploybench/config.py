@@ -44,6 +44,11 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+# Converters that change an artifact's precision only (deploybench.convert): a run whose export
+# is already at its precision (`export.fp16_exports`) serves the export as it is.
+PRECISION_CONVERTERS = frozenset({"onnx-fp16", "torchscript-fp16"})
+
+
 @dataclass(frozen=True)
 class Run:
     """One resolved ``{model}/{gpu}/{format}/{precision}`` combination."""
@@ -66,12 +71,20 @@ class Run:
 
     @property
     def export_precision(self) -> str:
-        return str(self.settings["export"]["precision"])
+        """The export's precision: fp16 for an fp16 run of an export format in
+        ``export.fp16_exports`` (the module halved, then exported, as DLE's runner did with
+        ``export_precision: fp16``), else ``export.precision``."""
+        export = self.settings["export"]
+        if self.precision == "fp16" and self.export_format in export.get("fp16_exports", ()):
+            return "fp16"
+        return str(export["precision"])
 
     @property
     def converter(self) -> str | None:
         """The converter that makes this artifact from the export, or None to serve the export."""
         conv = self.format_settings.get("convert", {}).get(self.precision)
+        if conv in PRECISION_CONVERTERS and self.export_precision == self.precision:
+            return None  # the export is already at the run's precision
         if conv is None and self.precision != self.export_precision:
             raise ConfigError(
                 f"format {self.format!r} has no converter to {self.precision!r} "

@@ -7,6 +7,7 @@ configured tolerance fails the export and leaves nothing behind.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import warnings
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .accuracy import compare_outputs
+from .convert import FP16_IO
 from .io import atomic_path
 from .models import Family
 from .progress import say
@@ -35,6 +37,8 @@ EXPORT_RUNTIME = {
 @dataclass(frozen=True)
 class ExportOptions:
     opset: int = 13
+    # fp16: the module is halved and its float inputs are float16 (DLE's export_precision fp16)
+    precision: str = "fp32"
     # A format exported from another export (ResNet's onnx comes from its SavedModel).
     source: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -43,11 +47,25 @@ class ExportOptions:
 Exporter = Callable[[Any, Family, Path, ExportOptions], None]
 
 
-def _torch_inputs(family: Family, batch: int, seed: int) -> tuple[Any, ...]:
+def _torch_inputs(
+    family: Family, batch: int, seed: int, precision: str = "fp32"
+) -> tuple[Any, ...]:
     import torch
 
-    feeds = family.example_inputs(batch, seed)
+    feeds = artifact_feeds(family.example_inputs(batch, seed), precision)
     return tuple(torch.from_numpy(feeds[s.name]) for s in family.inputs)
+
+
+def artifact_feeds(feeds: dict[str, Any], precision: str) -> dict[str, Any]:
+    """``feeds`` as an export at ``precision`` takes them: float16 for an fp16 export's floats."""
+    if precision != "fp16":
+        return feeds
+    return {k: v.astype(FP16_IO.get(str(v.dtype), v.dtype)) for k, v in feeds.items()}
+
+
+# Exports an export job can make at fp16 (the module halved, then exported, as DLE's runners
+# did with export_precision fp16); other formats' fp16 comes from a converter.
+FP16_EXPORTS = frozenset({("pytorch", "onnx")})
 
 
 def dynamic_axes(family: Family) -> dict[str, dict[int, str]]:
@@ -70,7 +88,7 @@ def export_torch_onnx(module: Any, family: Family, out: Path, options: ExportOpt
         # and does not handle every model here.
         torch.onnx.export(
             module,
-            _torch_inputs(family, 2, 0),
+            _torch_inputs(family, 2, 0, options.precision),
             str(out),
             input_names=[s.name for s in family.inputs],
             output_names=[s.name for s in family.outputs],
@@ -146,23 +164,30 @@ def export_model(
             f"unknown export format {export_format!r} for a {family.framework} model; "
             f"valid choices: {', '.join(export_formats(family.framework))}"
         )
-    if precision != "fp32":
+    if precision != "fp32" and (family.framework, export_format) not in FP16_EXPORTS:
         raise ValueError(
-            f"export precision {precision!r} needs a GPU; the embedded default exports fp32 "
-            "(lower precisions are made by the convert step)"
+            f"export precision {precision!r} of {export_format} is not made by an export; valid: "
+            f"fp32, or fp16 for {sorted(f for _, f in FP16_EXPORTS)} (else the convert step "
+            "makes lower precisions)"
         )
     module = family.serving_module(checkpoint)
-    options = ExportOptions(opset=opset, source=Path(source) if source else None)
+    options = ExportOptions(
+        opset=opset, source=Path(source) if source else None, precision=precision
+    )
+    # fp16: the halved module is exported, the fp32 one stays the reference of its check
+    exported = copy.deepcopy(module).half() if precision == "fp16" else module
     with atomic_path(out) as tmp:
         tmp.unlink()  # the exporter creates it (a file, or a SavedModel directory)
-        exporter(module, family, tmp, options)
+        exporter(exported, family, tmp, options)
         say(
             "export: checking %s in %s against the framework (batch %d) …",
             Path(out).name,
             EXPORT_RUNTIME[export_format],
             check_batch,
         )
-        report = verify_artifact(module, family, tmp, export_format, tolerance, check_batch)
+        report = verify_artifact(
+            module, family, tmp, export_format, tolerance, check_batch, precision
+        )
     return report
 
 
@@ -173,8 +198,10 @@ def verify_artifact(
     export_format: str,
     tolerance: dict[str, dict[str, float]],
     batch: int,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
-    """Load the artifact in its runtime and compare it with the framework module."""
+    """Load the artifact in its runtime and compare it with the (fp32) framework module; an
+    fp16 export is fed float16 and its float16 outputs compared at ``tolerance``."""
     runner = load_runner(
         EXPORT_RUNTIME[export_format],
         artifact,
@@ -183,7 +210,12 @@ def verify_artifact(
     )
     feeds = family.example_inputs(batch, seed=7)
     reference = family.framework_outputs(module, feeds)
-    actual = dict(zip(runner.output_names, runner(feeds), strict=True))
+    outputs = runner(artifact_feeds(feeds, precision))
+    # float16 outputs compared in float32 (their differences would round in float16)
+    actual = {
+        name: value.astype("float32") if value.dtype == "float16" else value
+        for name, value in zip(runner.output_names, outputs, strict=True)
+    }
     rows = compare_outputs(reference, actual, tolerance, batch)
     failed = [r for r in rows if not r["passed"]]
     if failed:

@@ -37,7 +37,14 @@ from .config import (
     online_grid,
     resolve,
 )
-from .convert import CONVERTERS, FROM_CHECKPOINT, SERVED_TYPES, Profile, tensorrt_command
+from .convert import (
+    CONVERTERS,
+    FP16_IO,
+    FROM_CHECKPOINT,
+    SERVED_TYPES,
+    Profile,
+    tensorrt_command,
+)
 from .engines import (
     ACCELERATOR_WORKSPACE,
     EngineLayout,
@@ -372,7 +379,10 @@ class ExportPlan:
             "export_format": self.format,
             "precision": self.precision,
             "opset": int(self.model.export["onnx_opset"]),
-            "tolerance": plain(self.model.export["tolerance"]),
+            # an fp16 export is checked against the fp32 framework at fp16's tolerance
+            "tolerance": plain(
+                self.model.export["fp16_tolerance" if self.precision == "fp16" else "tolerance"]
+            ),
             "check_batch": int(self.model.export["check_batch"]),
         }
 
@@ -948,7 +958,7 @@ def serving(run: Run) -> ServingSpec:
             )
         # the converter's served types (fp16 TorchScript's float16 I/O), as a native config's:
         # on a CPU too, so that its fp16 run sends what a GPU's does
-        types = SERVED_TYPES.get(str((run.format_settings.get("convert") or {}).get(run.precision)))
+        types = served_types(run)
         python: ServingSpec = {"backend": "python", "runtime": str(runtime)}
         if types:
             python["tensor_types"] = dict(types)
@@ -967,12 +977,7 @@ def serving(run: Run) -> ServingSpec:
         "runtime": backend if accelerator == "none" else f"{backend}+{accelerator}",
         "platform": PLATFORMS[backend],
         # the format's (an older TensorRT's int32), then the converter's (fp16 TorchScript)
-        "tensor_types": {
-            **(run.format_settings.get("tensor_types") or {}),
-            **SERVED_TYPES.get(
-                str((run.format_settings.get("convert") or {}).get(run.precision)), {}
-            ),
-        },
+        "tensor_types": {**(run.format_settings.get("tensor_types") or {}), **served_types(run)},
         # Triton's CUDA graphs are recognised by the TensorRT backend only.
         "cuda_graphs": backend == "tensorrt" and bool(run.settings["triton"].get("cuda_graphs")),
         "gpu_accelerators": [tensorrt_accelerator(run, backend)]
@@ -1003,6 +1008,17 @@ ENGINE_BUILD_TIMEOUT = "engine_build_timeout_s"
 # Context.h: `float32_matmul_precision = c10::utils::check_env("TORCH_ALLOW_TF32_CUBLAS_
 # OVERRIDE") == true ? HIGH : HIGHEST`), in libtorch under Triton's PyTorch backend too.
 TF32_MATMUL_ENV = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+
+
+def served_types(run: Run) -> dict[str, str]:
+    """The tensor types the run's artifact serves in place of the model's: its converter's
+    (fp16 TorchScript's float16 I/O), or an fp16 export's (the halved module exported: float16
+    I/O, which a TensorRT engine built from it keeps)."""
+    if run.export_precision == "fp16":
+        return dict(FP16_IO)
+    return dict(
+        SERVED_TYPES.get(str((run.format_settings.get("convert") or {}).get(run.precision)), {})
+    )
 
 
 def server_environment(run: Run, how: ServingSpec) -> dict[str, Any]:

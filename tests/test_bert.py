@@ -445,3 +445,26 @@ def test_dle_checkpoint_of_another_architecture_names_its_keys(tmp_path):
     ):
         prepare_checkpoint(wider, str(tmp_path / "qa.pt"), 0, tmp_path / "out.pt")
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_the_fp16_export_is_the_halved_module_exported_as_dles(family, state, tmp_path):
+    """DLE's BERT runner exported ONNX from model.half() (export_precision: fp16): float16
+    logits, checked against the fp32 framework at the fp16 tolerance."""
+    import onnx
+
+    out = tmp_path / "model.onnx"
+    fp16 = {name: {"atol": 5.0, "rtol": 5.0} for name in OUTPUTS}
+    report = export_model(family, state, "onnx", "fp16", out, tolerance=fp16)
+    assert all(c["passed"] for c in report["checks"])
+    graph = onnx.load(str(out)).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]}
+    assert types == {
+        "input__0": onnx.TensorProto.INT32, "input__1": onnx.TensorProto.INT32,
+        "input__2": onnx.TensorProto.INT32,
+        "output__0": onnx.TensorProto.FLOAT16, "output__1": onnx.TensorProto.FLOAT16,
+    }  # fmt: skip
+    weights = {t.data_type for t in graph.initializer if t.data_type != onnx.TensorProto.INT64}
+    assert weights == {onnx.TensorProto.FLOAT16}
+    # only ONNX is exported at fp16: fp16 TorchScript comes from its converter
+    with pytest.raises(ValueError, match="not made by an export"):
+        export_model(family, state, "ts-trace", "fp16", tmp_path / "m.pt", tolerance=fp16)

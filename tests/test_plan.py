@@ -483,3 +483,21 @@ def test_fp32_torchscript_runs_matmuls_in_tf32_where_the_published_era_did():
     spec = dbplan.plan_run(config, "bert", "A100", "ts-trace", "fp32")
     assert spec.spec("offline")["server"]["environment"] == dbplan.TF32_MATMUL_ENV
     assert spec.spec("accuracy")["server"]["environment"] == dbplan.TF32_MATMUL_ENV
+
+
+def test_berts_fp16_onnx_and_trt_start_from_an_fp16_export_as_dles():
+    config = workflow_config()
+    for fmt, converter in (("onnx", None), ("onnx-trt", None), ("trt", "tensorrt")):
+        plan = dbplan.plan_run(config, "bert", "A30", fmt, "fp16")
+        assert plan.export.precision == "fp16", fmt  # results/bert/export/onnx/fp16/model.onnx
+        assert (plan.conversion.converter if plan.conversion else None) == converter, fmt
+        # float16 logits, as the halved module's export (and the engine built from it) serve
+        assert dict(plan.serving["tensor_types"]) == {"float32": "float16"}, fmt
+        assert plan.export.spec()["tolerance"]["output__0"]["atol"] == 5.0
+    # fp16 TorchScript is its converter's (the halved module traced), fp32 the fp32 export's
+    ts = dbplan.plan_run(config, "bert", "A30", "ts-trace", "fp16")
+    assert ts.export.precision == "fp32" and ts.conversion.converter == "torchscript-fp16"
+    assert dbplan.plan_run(config, "bert", "A30", "onnx", "fp32").export.precision == "fp32"
+    # the other models keep converting their fp32 export
+    tft = dbplan.plan_run(config, "tft", "A30", "onnx", "fp16")
+    assert tft.export.precision == "fp32" and tft.conversion.converter == "onnx-fp16"

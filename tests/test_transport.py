@@ -314,6 +314,7 @@ def fake_job(monkeypatch, shm_dir: Path) -> list[dict[str, Any]]:
     family = SimpleNamespace(
         outputs=[SimpleNamespace(name="y")],
         perf_inputs=lambda seed, dataset=None: {"x": np.zeros((1, 4), np.float32)},
+        perf_input_source=lambda seed, dataset=None: "zeros",
     )
     monkeypatch.setattr(jobs, "load_family", lambda module, hparams: family)
     monkeypatch.setattr(jobs, "_server", lambda *args: contextlib.nullcontext(FakeServer()))
