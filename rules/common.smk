@@ -70,9 +70,7 @@ CHECKPOINT = "results/{model}/checkpoint/{checkpoint_file}"
 EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"
 # An export made in another framework image than the model's own: a GPU its images cannot drive
 # (a V100) is served from exports made in the images that drive it (gpus.images_for_gpu).
-EXPORT_IN_IMAGE = (
-    "results/{model}/export@{export_image}/{export_format}/{export_precision}/{artifact}"
-)
+EXPORT_IN_IMAGE = "results/{model}/export@{export_image}/{export_format}/{export_precision}/{artifact}"
 CONVERTED = f"{RUN_DIR}/convert/{{artifact}}"
 # engines: per_batch (deploybench/engines.py): the engine of one batch size
 CONVERTED_BATCH = f"{RUN_DIR}/convert/batch{{batch}}/{{artifact}}"
@@ -416,7 +414,9 @@ def export_source(wildcards):
     export = export_plan(wildcards)
     if export.source is None:
         return []
-    source = _export_plan(export.model.name, export.source, export.precision, export.image)
+    source = _export_plan(
+        export.model.name, export.source, export.precision, export.image
+    )
     return [export_path(source)]
 
 
@@ -633,8 +633,12 @@ def report_runs(wildcards):
                 # a GPU run is set beside the published rows once its images' preflight on
                 # that GPU passed (the reports of a failed one are never written)
                 "preflight": (
-                    [PREFLIGHT.format(gpu=plan.gpu, image=i) for i in plan.containers.values()]
-                    if plan.device == "gpu" and not dbplan.container_free(config["gpus"][plan.gpu])
+                    [
+                        PREFLIGHT.format(gpu=plan.gpu, image=i)
+                        for i in plan.containers.values()
+                    ]
+                    if plan.device == "gpu"
+                    and not dbplan.container_free(config["gpus"][plan.gpu])
                     else []
                 ),
                 # the conversion's record (TF-TRT: its engines) for the configuration table
