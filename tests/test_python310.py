@@ -24,6 +24,7 @@ import yaml
 from deploybench import images
 from tests import standin_image
 from tests.conftest import REPO
+from tests.test_containers import standin_cannot_isolate
 
 IMAGE = "triton-24.09"
 # The suite's tests of code that jobs run, which need no torch, TensorFlow or Snakemake: the
@@ -130,3 +131,41 @@ def test_the_job_side_tests_pass_on_python_310(image_env: Path, harness: Path, t
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-6000:]
     assert " passed" in out and "skipped" not in out, out[-3000:]
+
+
+def test_snakemakes_script_preamble_runs_in_a_python_310_image(image_env: Path, tmp_path: Path):
+    """A rule's `script:` in the image: Snakemake's preamble (which imports `snakemake` from
+    the driver's site-packages, a 3.11 install) and the job's imports under the image's 3.10,
+    through the stand-in `apptainer exec`."""
+    if reason := standin_cannot_isolate():
+        pytest.skip(reason)
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    image = images.in_source_tree(config["images"][IMAGE], REPO)
+    args = dict(arg.split("=", 1) for arg in images.build_args(image))
+    (tmp_path / "images").mkdir()
+    standin_image.build(Path(image["definition"]), args, tmp_path / "images" / "volta.sif")
+    (tmp_path / "probe.py").write_text(
+        "import sys\n"
+        "from deploybench import searchpaths, perf  # a job's first imports\n"
+        "searchpaths.confine_to_image()\n"
+        "open(snakemake.output[0], 'w').write(sys.version.split()[0] + ' ' + sys.executable)\n"
+    )
+    (tmp_path / "Snakefile").write_text(
+        'rule probe:\n    output: "out.txt"\n    container: "images/volta.sif"\n'
+        '    script: "probe.py"\n'
+    )
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(REPO / "tests" / "bin"), str(Path(sys.executable).parent),
+                                 os.environ["PATH"]]),
+        "PYTHONPATH": str(REPO),
+    }  # fmt: skip
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake"), "-c1", "--sdm", "apptainer",
+         "--apptainer-args", f"--bind {REPO}:{REPO}:ro --env PYTHONPATH={REPO}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    version, executable = (tmp_path / "out.txt").read_text().split()
+    assert version.startswith("3.10."), version
+    assert executable.startswith(str(image_env)), executable
