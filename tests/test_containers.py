@@ -21,6 +21,7 @@ from deploybench import images, job_imports, locks
 from deploybench.checkpoint import write_seeded_checkpoint
 from deploybench.config import ConfigError
 from deploybench.errors import ImageBuildError
+from deploybench.gpus import image_chain
 from deploybench.io import sha256_of
 from deploybench.models import load_family
 from tests import standin_image
@@ -54,11 +55,12 @@ def test_build_command_passes_pinned_bases_as_build_args():
         "FROM=nvcr.io/nvidia/tritonserver:25.01-py3",
         "SDK=nvcr.io/nvidia/tritonserver:25.01-py3-sdk",
         "LOCK=envs/containers/triton-25.01.lock",
+        "PYTHON=3.12",  # the definition checks the base's Python against it
     ]
     cmd = images.build_command("apptainer", "envs/triton.def", "images/x.sif", args, [])
     assert cmd[:3] == ["apptainer", "build", "--force"]
     assert cmd[-2:] == ["images/x.sif", "envs/triton.def"]
-    assert cmd.count("--build-arg") == 3
+    assert cmd.count("--build-arg") == 4
 
 
 def test_every_model_runs_in_images_of_its_framework():
@@ -127,11 +129,12 @@ def test_every_image_holds_what_its_jobs_import():
     role_modules = job_imports.role_imports(by_role)
     config = base_config()
     for name, image in config["images"].items():
+        # the roles it plays: the models' images, or older ones a GPU falls back on
         roles = {
             role
             for model in config["models"].values()
             for role, used in model["containers"].items()
-            if used == name
+            if name in image_chain(config, used)
         }
         modules = sorted({m for role in roles for m in role_modules[role]})
         held = set(locks.parse_lock((REPO / image["lock"]).read_text()))
