@@ -20,6 +20,7 @@ from deploybench import convert as cv
 from deploybench import jobs, preflight, tools
 from deploybench import plan as dbplan
 from deploybench import trt_version as trt
+from deploybench.config import containers_on
 from deploybench.errors import ConfigError, EngineVersionMismatch
 from deploybench.tensors import TensorSpec
 from tests.conftest import base_config, planned_jobs, run_snakemake, validated, write_config
@@ -51,15 +52,22 @@ def test_every_image_records_its_tensorrt_and_each_models_pair_matches():
         "triton-25.01": NGC_25_0X,
         "tensorflow-25.02": NGC_25_0X,
         "triton-25.02-tf": NGC_25_0X,
+        # the V100's: TensorRT 10.4, the last with Volta engines
+        "pytorch-24.09": "10.4.0.26",
+        "triton-24.09": "10.4.0.26",
+        "tensorflow-24.09": "10.4.0.26",
+        "triton-24.09-tf": "10.4.0.26",
     }
-    for model, settings in config["models"].items():
-        for converter in trt.ENGINE_CONVERTERS:
-            found = trt.check_run(config, f"{model}/A30/x/fp16", converter, settings["containers"])
-            assert found == {
-                "image": settings["containers"]["triton"],
-                "version": NGC_25_0X,
-                "built_in": settings["containers"]["framework"],
-            }
+    for model in config["models"]:
+        for gpu, version in (("A30", NGC_25_0X), ("V100", "10.4.0.26")):
+            containers = containers_on(config, model, gpu)
+            for converter in trt.ENGINE_CONVERTERS:
+                found = trt.check_run(config, f"{model}/{gpu}/x/fp16", converter, containers)
+                assert found == {
+                    "image": containers["triton"],
+                    "version": version,
+                    "built_in": containers["framework"],
+                }
 
 
 def test_the_schema_takes_major_minor_patch_and_a_build_only():
