@@ -164,11 +164,14 @@ def test_fp16_torchscript_serves_float16_where_the_model_has_float32():
         "output__0": "TYPE_FP16",
         "output__1": "TYPE_FP16",
     }
-    # the fp32 run and an fp16 run made by another converter keep the model's types
+    # the fp32 run keeps the model's types, and an fp16 run made by another converter too
     fp32 = dbplan.plan_run(config, "bert", "A30", "ts-trace", "fp32").spec("repository")
     assert fp32["serving"]["tensor_types"] == {}
-    onnx16 = dbplan.plan_run(config, "bert", "A30", "onnx", "fp16").spec("repository")
-    assert onnx16["serving"]["tensor_types"] == {}
+    onnx16 = dbplan.plan_run(config, "tft", "A30", "onnx", "fp16").spec("repository")
+    assert onnx16["serving"]["tensor_types"] == {}  # onnx-fp16: float32 I/O
+    # BERT's fp16 onnx serves its fp16 export (the halved module exported): float16 logits
+    bert16 = dbplan.plan_run(config, "bert", "A30", "onnx", "fp16").spec("repository")
+    assert bert16["serving"]["tensor_types"] == {"float32": "float16"}
 
 
 def test_dry_run_converts_fp16_torchscript_from_the_checkpoint(tmp_path: Path):
