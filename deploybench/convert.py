@@ -197,6 +197,13 @@ FLOAT16_MAX = 65504.0
 # The tensor types an fp16 TorchScript artifact serves in place of the model's (its float
 # inputs and outputs are float16; see torchscript_fp16).
 FP16_IO = {"float32": "float16"}
+
+
+def fp16_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` as a halved module's artifact takes them (:data:`FP16_IO`: floats as float16)."""
+    return {k: v.astype(FP16_IO.get(str(v.dtype), v.dtype)) for k, v in feeds.items()}
+
+
 # Converters that make their artifact from the checkpoint's framework module, not the export.
 FROM_CHECKPOINT = frozenset({"torchscript-fp16"})
 # The tensor types each converter's artifact serves in place of the model's.
@@ -287,10 +294,7 @@ def torchscript_fp16(
             f"makes infinite: {', '.join(overflow)}"
         )
     half = module.to(device).half().eval()
-    feeds = tuple(
-        torch.from_numpy(a.astype(FP16_IO.get(str(a.dtype), a.dtype))).to(device)
-        for a in example_inputs.values()
-    )
+    feeds = tuple(torch.from_numpy(a).to(device) for a in fp16_feeds(example_inputs).values())
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         made = torch.jit.script(half) if script else torch.jit.trace(half, feeds, check_trace=False)

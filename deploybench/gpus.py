@@ -6,9 +6,9 @@ release notes' "GPU Requirements"); ``compute_capabilities.<cc>.last_release`` t
 release that still supports a compute capability the configured images do not, and
 ``last_tensorrt`` the last TensorRT that builds engines for it. An image names in
 ``older_gpus`` the image that runs its jobs on a GPU it cannot drive (the V100's 24.09 images
-for the 25.xx ones): a run gets, role by role, the newest image along that chain that drives its
-GPU (:func:`images_for_gpu`). A run or preflight whose GPU no image of the chain can drive
-fails while the DAG is built, naming why.
+for the 25.xx ones): a run gets the newest set along those chains, one release's images
+together, that drives its GPU (:func:`images_for_gpu`). A run or preflight whose GPU no set
+can drive fails while the DAG is built, naming why.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import ConfigError
+from .trt_version import major_minor
 
 
 def capability(value: str) -> tuple[int, int]:
@@ -25,10 +26,6 @@ def capability(value: str) -> tuple[int, int]:
     if not (major.isdigit() and minor.isdigit()):
         raise ConfigError(f"compute capability {value!r} is not major.minor (e.g. 8.9)")
     return int(major), int(minor)
-
-
-def _version(value: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in str(value).split(".") if part.isdigit())
 
 
 def check_tensorrt_drives(config: Mapping[str, Any], gpu: str, image: str) -> None:
@@ -44,12 +41,19 @@ def check_tensorrt_drives(config: Mapping[str, Any], gpu: str, image: str) -> No
     if last is None:
         return
     tensorrt = str(release["tensorrt"])
-    if _version(tensorrt)[: len(_version(last))] > _version(last):
+    if major_minor(tensorrt) > major_minor(str(last)):
         raise ConfigError(
             f"gpu {gpu!r} (compute capability {have}) cannot run image {image!r}: its TensorRT "
             f"{tensorrt} builds no engines for it; the last TensorRT that does is {last} "
             f"(compute_capabilities.{have}.last_tensorrt)"
         )
+
+
+def check_image_drives(config: Mapping[str, Any], gpu: str, image: str) -> None:
+    """Raise a :class:`ConfigError` unless ``image`` drives ``gpu``: its release supports the
+    GPU's compute capability and its TensorRT builds engines for it."""
+    check_gpu_runs_image(config, gpu, image)
+    check_tensorrt_drives(config, gpu, image)
 
 
 def image_chain(config: Mapping[str, Any], image: str) -> list[str]:
@@ -74,14 +78,12 @@ def images_for_gpu(
         candidate = {role: chain[step] for role, chain in chains.items()}
         try:
             for image in candidate.values():
-                check_gpu_runs_image(config, gpu, image)
-                check_tensorrt_drives(config, gpu, image)
+                check_image_drives(config, gpu, image)
         except ConfigError:
             continue
         return candidate
     for image in containers.values():  # the newest images' own reason
-        check_gpu_runs_image(config, gpu, image)
-        check_tensorrt_drives(config, gpu, image)
+        check_image_drives(config, gpu, image)
     tried = "; ".join(f"{role}: {' → '.join(chain)}" for role, chain in chains.items())
     raise ConfigError(f"gpu {gpu!r}: no images of one release drive it ({tried}; older_gpus)")
 

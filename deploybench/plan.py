@@ -1231,9 +1231,11 @@ def plan_preflight(
         raise ConfigError(f"unknown gpu {gpu!r}; valid choices: {', '.join(sorted(gpus))}")
     check_gpu_runs_image(config, gpu, image)
     on_gpu = [path.split("/") for path in all_runs(config) if path.split("/")[1] == gpu]
+    # each model's images there (the newest that drive the GPU), once per model
+    containers = {model: containers_on(config, model, gpu) for model, *_ in on_gpu}
     used: dict[str, set[str]] = {}  # image -> the roles (framework | triton) it plays there
-    for model, *_ in on_gpu:
-        for container_role, name in containers_on(config, model, gpu).items():
+    for model_containers in containers.values():
+        for container_role, name in model_containers.items():
             used.setdefault(name, set()).add(container_role)
     if image not in used:
         raise ConfigError(
@@ -1241,9 +1243,7 @@ def plan_preflight(
             f"{', '.join(sorted(used)) or 'none'}"
         )
     runs = [
-        plan_run(config, *fields)
-        for fields in on_gpu
-        if image in containers_on(config, fields[0], gpu).values()
+        plan_run(config, *fields) for fields in on_gpu if image in containers[fields[0]].values()
     ]
     roles = used[image]
     role = "triton" if "triton" in roles else "framework"

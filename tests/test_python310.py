@@ -47,19 +47,24 @@ HARNESS = ("pytest", "pytest-timeout", "psutil", "packaging")
 NOT_IN_IMAGES = {"triton_python_backend_utils", "altair", "vl_convert"}
 
 
+def build_image(sif: Path) -> Path:
+    """The stand-in ``apptainer build`` of image ``triton-24.09`` as rule container_image asks
+    for it, written to ``sif``; returns its environment (made once, cached)."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    image = images.in_source_tree(config["images"][IMAGE], REPO)
+    assert image["release"]["python"] == "3.10"
+    args = dict(arg.split("=", 1) for arg in images.build_args(image))
+    sif.parent.mkdir(parents=True, exist_ok=True)
+    standin_image.build(Path(image["definition"]), args, sif)
+    return Path(json.loads(sif.read_text())["env"])
+
+
 @pytest.fixture(scope="module")
 def image_env() -> Path:
     """The stand-in environment of image ``triton-24.09`` (built once, cached)."""
     python = standin_image.OTHER_PYTHONS["3.10"]
     assert Path(python).exists(), f"{python}: the V100 images' Python (pyenv 3.10) is needed"
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    image = images.in_source_tree(config["images"][IMAGE], REPO)
-    assert image["release"]["python"] == "3.10"
-    args = dict(arg.split("=", 1) for arg in images.build_args(image))
-    sif = standin_image.cache_dir() / f"{IMAGE}.test.sif"
-    sif.parent.mkdir(parents=True, exist_ok=True)
-    standin_image.build(Path(image["definition"]), args, sif)
-    return Path(json.loads(sif.read_text())["env"])
+    return build_image(standin_image.cache_dir() / f"{IMAGE}.test.sif")
 
 
 @pytest.fixture(scope="module")
@@ -139,11 +144,7 @@ def test_snakemakes_script_preamble_runs_in_a_python_310_image(image_env: Path, 
     through the stand-in `apptainer exec`."""
     if reason := standin_cannot_isolate():
         pytest.skip(reason)
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    image = images.in_source_tree(config["images"][IMAGE], REPO)
-    args = dict(arg.split("=", 1) for arg in images.build_args(image))
-    (tmp_path / "images").mkdir()
-    standin_image.build(Path(image["definition"]), args, tmp_path / "images" / "volta.sif")
+    assert build_image(tmp_path / "images" / "volta.sif") == image_env
     (tmp_path / "probe.py").write_text(
         "import sys\n"
         "from deploybench import searchpaths, perf  # a job's first imports\n"
