@@ -11,6 +11,7 @@ source checkpoints are read by ``deploybench.checkpoint_io``, which knows nothin
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,8 +48,11 @@ def argmax_flip_fraction(reference: np.ndarray, actual: np.ndarray, axis: int = 
     return float(np.mean(ref != act)) if ref.size else 0.0
 
 
-class Family:
-    """Framework-independent part: signature, example inputs, data set and task metric."""
+class Family(abc.ABC):
+    """Framework-independent part: signature, example inputs, data set and task metric.
+
+    Abstract: a model class missing a method every model needs (``@abstractmethod``) cannot be
+    instantiated; the optional ones (data-set reader, task metric) say so when called."""
 
     framework: str
     name: str = ""  # how messages name the model, e.g. "TFT"
@@ -61,8 +65,9 @@ class Family:
     # causal attention mask's -inf); any other non-finite weight refuses the checkpoint.
     infinite_by_design: tuple[str, ...] = ()
 
+    @abc.abstractmethod
     def example_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
-        raise NotImplementedError
+        """Deterministic inputs of ``batch`` examples by input name, from ``seed``."""
 
     def perf_inputs(self, seed: int, dataset: str | Path | None = None) -> dict[str, np.ndarray]:
         """The one example (batch 1) perf_analyzer sends, as the seed page's perf data was made;
@@ -75,19 +80,20 @@ class Family:
         return f"seeded example inputs (seed {seed})"
 
     # Per framework (TorchFamily, KerasFamily): weights, the serving model, its outputs.
+    @abc.abstractmethod
     def init_state(self, seed: int) -> dict[str, Any]:
         """A seeded-random initialisation as a workflow checkpoint (``{"model": weights}``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read_checkpoint(self, path: str | Path, *, ema: bool = False) -> dict[str, Any]:
         """A source checkpoint (as DLE's training code writes it) as a workflow checkpoint;
         ``ema``: its exponential-moving-average copy of the weights."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def serving_module(self, checkpoint: dict[str, Any]) -> Any:
         """The model Triton serves, with the checkpoint's weights."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def framework_outputs(
         self, module: Any, feeds: dict[str, np.ndarray], device: str = "cpu"
     ) -> dict[str, np.ndarray]:
@@ -95,7 +101,6 @@ class Family:
         computed on ``device`` (``cuda`` for a run served on a GPU, as DLE's
         ``run_inference_on_fw.py`` did: the GPU's float32 kernels, e.g. cuDNN's TF32
         convolutions, round unlike the CPU's)."""
-        raise NotImplementedError
 
     def accuracy_quantities(
         self, reference: dict[str, np.ndarray], actual: dict[str, np.ndarray]
@@ -128,9 +133,9 @@ class TorchFamily(Family):
     # Whether the serving module can be compiled with ``torch.jit.script`` (format ts-script).
     scriptable = False
 
+    @abc.abstractmethod
     def build(self) -> nn.Module:
         """A freshly initialised network (uses torch's global RNG)."""
-        raise NotImplementedError
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """The module Triton serves: ``forward(*inputs in order) -> outputs in order``."""
@@ -174,9 +179,9 @@ class KerasFamily(Family):
 
     framework = "tensorflow"
 
+    @abc.abstractmethod
     def build(self) -> Any:
         """A freshly initialised ``keras.Model`` (seeded by ``keras.utils.set_random_seed``)."""
-        raise NotImplementedError
 
     def init_state(self, seed: int) -> dict[str, Any]:
         import keras
