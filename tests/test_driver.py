@@ -1,9 +1,9 @@
 """The login node's driver venv (`make driver` = envs/driver.sh): it plans and submits.
 
 envs/driver.sh itself makes one fresh venv for this module (pip's cache, PyPI); in it the job
-frameworks do not import, and the SLURM dry runs of the README's first run resolve with the GPU
-jobs' requests — with no SLURM command on PATH (the dry run needs none) and the test stand-in
-`apptainer` (Snakemake asks for one under `--sdm apptainer`, even with `-n`).
+frameworks do not import, and the SLURM dry runs of the first run in docs/clusters.md resolve with
+the GPU jobs' requests — with no SLURM command on PATH (the dry run needs none) and the test
+stand-in `apptainer` (Snakemake asks for one under `--sdm apptainer`, even with `-n`).
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ def assert_gpu_request(jobs: dict[str, list[dict[str, str]]], *rules: str) -> No
 
 
 def test_driver_dry_runs_the_preflight(driver, tmp_path):
-    """README's "First run on your cluster", the preflight of the A30 run: one job per image."""
+    """docs/clusters.md, "First run on your cluster": the preflight of the A30 run, one job per
+    image."""
     jobs = driver_dry_run(driver, tmp_path, "preflight")
     assert set(jobs) == {"container_image", "preflight_check", "preflight"}, sorted(jobs)
     assert len(jobs["preflight_check"]) == 2
@@ -188,7 +189,8 @@ def test_driver_dry_runs_the_preflight(driver, tmp_path):
 
 
 def test_driver_dry_runs_the_target(driver, tmp_path):
-    """README's "First run on your cluster", the target: its chain, GPU steps on one A30."""
+    """docs/clusters.md, "First run on your cluster": the target, its chain, GPU steps on one
+    A30."""
     jobs = driver_dry_run(driver, tmp_path, f"results/{A30_RUN}/online.csv")
     assert set(jobs) >= {
         "container_image", "prepare_checkpoint", "export", "convert", "repository", "online",

@@ -399,10 +399,11 @@ def test_transport_columns_come_after_the_earlier_ones():
     assert CSV_COLUMNS[:5] == ["model", "gpu", "format", "precision", "scenario"]
 
 
-def _readme_transport_rows() -> dict[tuple[str, str], tuple[str, str]]:
-    """(model, scenario) -> (protocol, shared memory on a GPU) from the README's table."""
-    text = (REPO / "README.md").read_text()
-    table = text.split("### Transport: how perf_analyzer reaches Triton", 1)[1].split("\n### ")[0]
+def _transport_table_rows() -> dict[tuple[str, str], tuple[str, str]]:
+    """(model, scenario) -> (protocol, shared memory on a GPU) from the transport table of
+    docs/comparability.md."""
+    text = (REPO / "docs" / "comparability.md").read_text()
+    table = text.split("## Transport: how perf_analyzer reaches Triton", 1)[1].split("\n## ")[0]
     rows = {}
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -419,9 +420,10 @@ def _readme_transport_rows() -> dict[tuple[str, str], tuple[str, str]]:
 
 
 def test_readme_table_is_the_command_line(config, tmp_path, monkeypatch):
-    """Every row of the README's transport table is what perf_analyzer is given on a GPU."""
+    """Every row of the transport table (docs/comparability.md) is what perf_analyzer is given
+    on a GPU."""
     monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", "/opt/pa")
-    rows = _readme_transport_rows()
+    rows = _transport_table_rows()
     assert set(rows) == set(DLE)
     for (model, scenario), (protocol, shared_memory) in rows.items():
         spec = dbplan.plan_run(config, model, *GPU_RUNS[model]).spec(scenario)
