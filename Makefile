@@ -35,13 +35,15 @@ test: setup lint
 	bash envs/test-packages.sh
 	$(VENV)/bin/pytest -ra --durations=25
 
-# Style and types; any finding fails (and so fails `make test` and CI before the tests run).
+# Style, types and the documentation site (docs/, mkdocs.yml: a broken link, anchor or nav entry
+# is a finding); any finding fails (and so fails `make test` and CI before the tests run).
 lint: setup
 	$(VENV)/bin/snakemake --lint
 	$(VENV)/bin/snakefmt --check Snakefile rules
 	$(VENV)/bin/ruff check deploybench scripts tests benchmarks envs
 	$(VENV)/bin/ruff format --check deploybench scripts tests benchmarks envs
 	$(VENV)/bin/mypy deploybench
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 clean:
 	rm -rf results logs .snakemake
