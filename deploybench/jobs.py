@@ -279,9 +279,9 @@ def _server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Iter
     )
     if server_settings.get("environment"):
         log.info("server environment: %s", server_settings["environment"])
-    with engine_build_lock(Path(repo)) as caches:
-        server.start()  # stops the server itself if it fails
-    try:
+    try:  # from before the server may exist: a SIGTERM anywhere from here on stops it
+        with engine_build_lock(Path(repo)) as caches:
+            server.start()
         for cache in caches:
             log.info("TensorRT engine cache %s: %s", cache, sorted(p.name for p in cache.iterdir()))
         yield server

@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -40,6 +41,10 @@ SHM_DIR = Path("/dev/shm")  # POSIX shared memory: machine-wide, shared with con
 
 class Terminated(SystemExit):
     """Raised in the main thread when the job is sent SIGTERM."""
+
+
+# The stop that arrived while the main thread held it (see held_signals); None when not holding.
+_held: list[BaseException] | None = None
 
 
 def free_ports(count: int) -> list[int]:
@@ -76,9 +81,11 @@ def graceful_signals() -> Iterator[None]:
         stopping = True
         for sig in signals:
             signal.signal(sig, ignore)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Terminated(128 + signum)
+        stop = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(128 + signum)
+        if _held is not None:
+            _held.append(stop)
+            return
+        raise stop
 
     previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
@@ -87,6 +94,24 @@ def graceful_signals() -> Iterator[None]:
         if not stopping:
             for sig, old in previous.items():
                 signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[None]:
+    """``graceful_signals``' exception is raised at the end of this block instead of inside it:
+    a child started in it is assigned before a stop can unwind the code that must stop it.
+    Signal handlers run in the main thread, so only the main thread holds them."""
+    global _held
+    if _held is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _held = []
+    try:
+        yield
+    finally:
+        stops, _held = _held, None
+        if stops:
+            raise stops[0]
 
 
 class TritonServer:
@@ -112,6 +137,7 @@ class TritonServer:
         self.start_attempts = start_attempts
         self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None
+        self._stopped: subprocess.Popen[bytes] | None = None  # the process stop() has swept
         self.http_port = self.grpc_port = self.metrics_port = 0
         # The python backend's regions get a name of this server's own, so that stop() can
         # remove what a killed server leaves in /dev/shm (it unlinks them only on a clean exit).
@@ -145,13 +171,44 @@ class TritonServer:
         return cmd + list(self.extra_args)
 
     def start(self) -> Self:
+        """Start the server and wait until it is ready. Whatever ends this early (a failed
+        start, SIGTERM, Ctrl-C) stops what it started before it propagates."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> Self:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         for attempt in range(1, self.start_attempts + 1):
             self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
-            cmd = self.command()
-            with self.log_path.open("ab") as out:
-                out.write(f"$ {' '.join(cmd)}\n".encode())
-                out.flush()
+            process = self._spawn(self.command())  # also self.process, for stop()
+            try:
+                self._wait_ready()
+            except ServerError:
+                self.stop()
+                # Another process may have taken a port between our probe and the bind: retry.
+                if attempt < self.start_attempts and self._ports_were_taken():
+                    log.warning("ports taken (attempt %d), retrying on new ports", attempt)
+                    continue
+                raise
+            log.info(
+                "tritonserver ready (pid %d, http %d, grpc %d)",
+                process.pid,
+                self.http_port,
+                self.grpc_port,
+            )
+            return self
+        raise ServerError("unreachable")  # pragma: no cover
+
+    def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as out:
+            out.write(f"$ {' '.join(cmd)}\n".encode())
+            out.flush()
+            # A SIGTERM inside Popen would lose the child it has just started: held until
+            # the caller has it (self.process), so that stop() reaches it.
+            with held_signals():
                 self.process = subprocess.Popen(
                     cmd,
                     stdout=out,
@@ -161,26 +218,7 @@ class TritonServer:
                     start_new_session=True,
                     preexec_fn=die_with_parent(signal.SIGTERM),  # noqa: PLW1509 - the child only calls prctl
                 )
-            try:
-                self._wait_ready()
-                log.info(
-                    "tritonserver ready (pid %d, http %d, grpc %d)",
-                    self.process.pid,
-                    self.http_port,
-                    self.grpc_port,
-                )
-                return self
-            except ServerError:
-                self.stop()
-                # Another process may have taken a port between our probe and the bind: retry.
-                if attempt < self.start_attempts and self._ports_were_taken():
-                    log.warning("ports taken (attempt %d), retrying on new ports", attempt)
-                    continue
-                raise
-            except BaseException:
-                self.stop()
-                raise
-        raise ServerError("unreachable")  # pragma: no cover
+            return self.process
 
     def _log_tail(self, lines: int = 15) -> str:
         """Triton's error lines (``E<date> ...``) and the last lines of the server log."""
@@ -236,9 +274,10 @@ class TritonServer:
             )
 
     def stop(self) -> None:
-        """Stop the server and everything in its process group; idempotent."""
+        """Stop the server and everything in its process group; idempotent, and a no-op where
+        none was started. Once swept, a group is not signalled again (its id may be reused)."""
         proc = self.process
-        if proc is None:
+        if proc is None or proc is self._stopped:
             return
         if proc.poll() is None:
             self._signal_group(proc.pid, signal.SIGTERM)
@@ -254,6 +293,7 @@ class TritonServer:
             proc.wait(timeout=10)
         for region in self.shm_regions():
             region.unlink(missing_ok=True)
+        self._stopped = proc
 
     def shm_regions(self) -> list[Path]:
         """The python backend's shared-memory regions of this server still in /dev/shm."""

@@ -1,5 +1,6 @@
 """The real tritonserver (pytriton's binary, python backend) under our process management."""
 
+import re
 import signal
 import socket
 import subprocess
@@ -175,3 +176,91 @@ def test_the_server_runs_with_the_runs_environment(tmp_path, monkeypatch):
     with pytest.raises(srv.ServerError):
         server.start()
     assert seen.read_text() == "1\n"
+
+
+# A job's server (deploybench.jobs._server) signalled while it starts: in the readiness wait
+# (its model loads slowly) and as the engine lock is released once it is ready (the lock is
+# wrapped to pause there). The job reports where it is on stdout, then waits for the signal.
+JOB_IN_WINDOW = """
+import contextlib, sys, time
+from pathlib import Path
+from deploybench import jobs, repository, server
+from deploybench.server import graceful_signals
+
+repo, server_log, window = sys.argv[1:4]
+if window == "readiness":
+    wait_ready = server.TritonServer._wait_ready
+
+    def announced_wait(self):
+        print("IN WINDOW", flush=True)
+        wait_ready(self)
+
+    server.TritonServer._wait_ready = announced_wait
+else:
+    lock = repository.engine_build_lock
+
+    @contextlib.contextmanager
+    def pausing_lock(path):
+        with lock(path) as caches:
+            yield caches
+        print("IN WINDOW", flush=True)
+        time.sleep(60)
+
+    repository.engine_build_lock = pausing_lock
+with graceful_signals(), jobs._server(repo, server_log, {"shutdown_timeout_s": 5}):
+    print("SERVING", flush=True)
+"""
+
+
+@pytest.mark.parametrize("window", ["readiness", "lock released"])
+def test_sigterm_while_the_jobs_server_starts_stops_it_whole(tmp_path, window):
+    repo = make_repository(tmp_path, "slow" if window == "readiness" else "")
+    server_log = tmp_path / "server.log"
+    job = subprocess.Popen(
+        [sys.executable, "-c", JOB_IN_WINDOW, str(repo), str(server_log), window],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert job.stdout.readline().strip() == "IN WINDOW"
+        # the server and its model's stub are up, with the python backend's regions
+        shm_prefix = re.search(r"shm-region-prefix-name=(\S+)", server_log.read_text())[1]
+        deadline = time.monotonic() + 20
+        while len(processes_mentioning(str(repo))) < 2 or not regions(shm_prefix):
+            assert time.monotonic() < deadline, "no server, stub and regions within 20 s"
+            time.sleep(0.1)
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=30) == 128 + signal.SIGTERM, job.stderr.read()  # Terminated
+        # Gone by the time the job is: its own stop ran (the kernel's parent-death signal
+        # would only begin the server's shutdown as the job exits).
+        assert processes_mentioning(str(repo)) == []
+        assert regions(shm_prefix) == []
+    finally:
+        job.kill()
+        wait_no_processes(str(repo))
+
+
+def regions(shm_prefix: str) -> list[Path]:
+    return sorted(srv.SHM_DIR.glob(f"{shm_prefix}*"))
+
+
+def test_a_stop_signal_held_while_a_child_starts_is_raised_once_it_is_assigned():
+    """TritonServer's Popen runs in held_signals: the child is assigned before Terminated."""
+    code = textwrap.dedent(
+        """
+        import os, signal
+        from deploybench.server import graceful_signals, held_signals
+        child = None
+        try:
+            with graceful_signals(), held_signals():
+                os.kill(os.getpid(), signal.SIGTERM)
+                child = "assigned"
+        finally:
+            print(child)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (result.returncode, result.stdout) == (128 + signal.SIGTERM, "assigned\n")
