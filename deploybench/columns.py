@@ -1,143 +1,308 @@
-"""The perf results' columns, each defined once: our name, perf_analyzer's, and their labels.
+"""The perf results' columns, each defined once: where its value comes from, how it is read,
+how a point's trials combine into it, and its labels.
 
-perf writes the CSV in this order, the report heads its tables with the seed pages' labels and
-the charts name the latency components and quantiles with theirs; all three derive their
-tables from ``PERF_COLUMNS``. A leaf module: it imports nothing of deploybench.
+One :class:`Column` entry in ``DEFINED`` (and, for a new measuring tool, its collector in
+:mod:`deploybench.collectors`) takes a metric everywhere: the perf CSV (``CSV_COLUMNS``, in the
+entries' order, each averaged column's 95 % interval beside the others'), the trials CSV
+(``TRIAL_COLUMNS``), the point's summary over its trials (``perf.summarize``), the report's
+tables (``TABLE_LABELS``), ``deploybench summary``'s point lines (``SUMMARY_CELLS``) and the
+charts' labels (:func:`chart_labels`). Every table here is a function of a columns tuple too, so
+a test can extend it. A leaf module: it imports nothing of deploybench.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, get_args
 
 # What a column holds: the run, the point measured, a measured value, or how the measurement
 # went. Latency components add up to the whole request (the online breakdown stacks them);
-# quantiles summarise it (the offline latency graph draws them).
-# An interval column holds the 95 % confidence half-width (over trials) of the column `of`.
-Role = Literal["run", "point", "throughput", "component", "quantile", "interval", "measurement"]
+# quantiles summarise it (the offline latency graph draws them); a metric is any other
+# measured value (energy, GPU telemetry). An interval column holds the 95 % confidence
+# half-width (over trials) of the column `of`; it is made from its column's `interval`.
+Role = Literal[
+    "run", "point", "throughput", "component", "quantile", "metric", "interval", "measurement"
+]
 LATENCY_ROLES: tuple[Role, ...] = ("component", "quantile")
 INTERVAL_SUFFIX = "_ci95"
+# A value's type: how its source's text is read, and how its trials combine.
+Kind = Literal["float", "int", "bool", "str"]
+# How a point's trials combine into its row:
+#   key      the point's identity (its trials share it)
+#   mean     the trials' mean (to 6 decimals); with `interval`, its 95 % half-width beside it
+#   sum, min, max   over the trials; None when any trial has none
+#   any, all        of the trials' flags
+#   first    the first trial's value
+#   count    how many trials
+#   verdict  judged by perf.summarize from the trials as a whole (not one column's values)
+#   None     not per trial: the job sets it for the scenario's every row (the run, the
+#            transport), or a trials-only column
+Aggregate = Literal["key", "mean", "sum", "min", "max", "any", "all", "first", "count", "verdict"]
+# A column whose value is computed from the trial's other values, not read from a tool.
+DERIVED = "derived"
+
+
+@dataclass(frozen=True)
+class SummaryCell:
+    """A column in ``deploybench summary``'s point lines: its heading, right-aligned in
+    ``width`` characters; the value to 2 decimals, or with ``interval`` "x ± h (p %)"."""
+
+    heading: str
+    width: int
+    interval: bool = False
 
 
 @dataclass(frozen=True)
 class Column:
-    name: str  # ours, in the CSV; latencies in ms
+    name: str  # ours, in the CSVs; latencies in ms
     role: Role
-    perf_analyzer: str | None = None  # its --verbose-csv heading (latencies in µs there)
+    # Which collector's output of a trial holds it (deploybench.collectors.COLLECTORS; DERIVED:
+    # computed by `derive`); None: deploybench sets it (the run, the point, the measurement
+    # loop's own records).
+    source: str | None = None
+    # Its name in the source's output: perf_analyzer's --verbose-csv heading, or one of the
+    # values its stdout says (collectors.PERF_ANALYZER_STDOUT).
+    key: str | None = None
+    kind: Kind = "float"
+    divisor: float = 1.0  # the source's unit over ours: perf_analyzer's µs to our ms, 1000
+    derive: Callable[[Mapping[str, Any]], Any] | None = None  # DERIVED: the value of a trial
+    aggregate: Aggregate | None = None
+    interval: bool = False  # a mean with its 95 % half-width column (`<name>_ci95`)
+    in_points: bool = True  # in the perf CSV (a row per point)
+    in_trials: bool = True  # in the trials CSV (a row per trial)
     table_label: str | None = None  # the seed pages' table heading; None: not in the tables
     chart_label: str | None = None  # its name in the charts; None: not drawn by name
+    summary: SummaryCell | None = None  # in `deploybench summary`'s point lines
     of: str | None = None  # an interval column: the column whose half-width it holds
 
+    @property
+    def perf_analyzer(self) -> str | None:
+        """perf_analyzer's --verbose-csv heading of the column, if it is read from there."""
+        return self.key if self.source == "perf_analyzer" else None
 
-def _interval(of: str) -> Column:
-    # Not a table column of its own: the report writes it beside its value ("12.3 ± 0.4").
-    return Column(of + INTERVAL_SUFFIX, "interval", of=of)
+
+def measured_seconds(values: Mapping[str, Any], batch: int) -> float | None:
+    """How long a measurement's merged windows lasted: its requests' inferences over its
+    throughput (perf_analyzer reports both, not the duration)."""
+    requests, throughput = values.get("measured_requests"), values["throughput"]
+    if not requests or not throughput:
+        return None
+    return float(requests * batch / throughput)
 
 
-# The CSV's columns in its order, which the seed tables keep too; the latency components
-# bottom of the stack first, as in the seed pages' tables.
+def _trial_seconds(trial: Mapping[str, Any]) -> float | None:
+    seconds = measured_seconds(trial, int(trial["batch"]))
+    return None if seconds is None else round(seconds, 3)
+
+
+def _perf(
+    name: str,
+    role: Role,
+    heading: str,
+    table: str,
+    chart: str | None = None,
+    summary: SummaryCell | None = None,
+) -> Column:
+    """A value of perf_analyzer's --verbose-csv row: throughput as it is, latencies from µs
+    to ms; averaged over the point's trials, the throughput and the quantiles with their
+    interval (the components have none: the breakdown's bar is the average latency's)."""
+    return Column(
+        name,
+        role,
+        source="perf_analyzer",
+        key=heading,
+        divisor=1.0 if role == "throughput" else 1000.0,
+        aggregate="mean",
+        interval=role in ("throughput", "quantile"),
+        table_label=table,
+        chart_label=chart,
+        summary=summary,
+    )
+
+
+def _run(name: str) -> Column:  # the same on every row of a scenario: the job sets it
+    return Column(name, "run", kind="str")
+
+
+# The columns in the CSV's order, which the seed tables keep too; the latency components
+# bottom of the stack first, as in the seed pages' tables. The interval columns are not listed:
+# they stand together after the last column that has one, in their values' order.
 # fmt: off
-PERF_COLUMNS: tuple[Column, ...] = (
-    Column("model", "run"),
-    Column("gpu", "run"),
-    Column("format", "run"),
-    Column("precision", "run"),
-    Column("scenario", "point"),
-    Column("batch", "point", table_label="Batch"),
-    Column("concurrency", "point", table_label="Concurrency"),
-    Column("throughput", "throughput", "Inferences/Second", "Inferences/Second"),
+DEFINED: tuple[Column, ...] = (
+    _run("model"),
+    _run("gpu"),
+    _run("format"),
+    _run("precision"),
+    _run("scenario"),
+    Column("batch", "point", kind="int", aggregate="key", table_label="Batch"),
+    Column("concurrency", "point", kind="int", aggregate="key", table_label="Concurrency"),
+    # The trial's number (1, 2, ...), in the trials CSV only.
+    Column("trial", "point", kind="int", in_points=False),
     # name, role, perf_analyzer's heading, the seed table's heading, the chart's label
-    Column("client_send_ms", "component", "Client Send", "Client Send (ms)", "Client Send"),
-    Column("network_server_send_recv_ms", "component", "Network+Server Send/Recv",
-           "Network+Server Send/Recv (ms)", "Network+Server Send/Recv"),
-    Column("server_queue_ms", "component", "Server Queue", "Server Queue (ms)", "Server Queue"),
-    Column("server_compute_input_ms", "component", "Server Compute Input",
-           "Server Compute Input (ms)", "Server Compute Input"),
-    Column("server_compute_infer_ms", "component", "Server Compute Infer",
-           "Server Compute Infer (ms)", "Server Compute Infer"),
-    Column("server_compute_output_ms", "component", "Server Compute Output",
-           "Server Compute Output (ms)", "Server Compute Output"),
-    Column("client_recv_ms", "component", "Client Recv", "Client Recv (ms)", "Client Recv"),
-    Column("p50_latency_ms", "quantile", "p50 latency", "p50 latency (ms)", "p50"),
-    Column("p90_latency_ms", "quantile", "p90 latency", "p90 latency (ms)", "p90"),
+    _perf("throughput", "throughput", "Inferences/Second", "Inferences/Second",
+          summary=SummaryCell("throughput infer/s ± 95 %", 28, interval=True)),
+    _perf("client_send_ms", "component", "Client Send", "Client Send (ms)", "Client Send"),
+    _perf("network_server_send_recv_ms", "component", "Network+Server Send/Recv",
+          "Network+Server Send/Recv (ms)", "Network+Server Send/Recv"),
+    _perf("server_queue_ms", "component", "Server Queue", "Server Queue (ms)", "Server Queue"),
+    _perf("server_compute_input_ms", "component", "Server Compute Input",
+          "Server Compute Input (ms)", "Server Compute Input"),
+    _perf("server_compute_infer_ms", "component", "Server Compute Infer",
+          "Server Compute Infer (ms)", "Server Compute Infer"),
+    _perf("server_compute_output_ms", "component", "Server Compute Output",
+          "Server Compute Output (ms)", "Server Compute Output"),
+    _perf("client_recv_ms", "component", "Client Recv", "Client Recv (ms)", "Client Recv"),
+    _perf("p50_latency_ms", "quantile", "p50 latency", "p50 latency (ms)", "p50"),
+    _perf("p90_latency_ms", "quantile", "p90 latency", "p90 latency (ms)", "p90"),
     # The seed pages' latency graphs leave p95 out; their tables keep it.
-    Column("p95_latency_ms", "quantile", "p95 latency", "p95 latency (ms)"),
-    Column("p99_latency_ms", "quantile", "p99 latency", "p99 latency (ms)", "p99"),
-    Column("avg_latency_ms", "quantile", "Avg latency", "avg latency (ms)", "avg"),
-    # The 95 % confidence half-widths of throughput and each quantile over the point's trials
-    # (the columns above hold the trials' mean); empty with one trial.
-    _interval("throughput"),
-    _interval("p50_latency_ms"),
-    _interval("p90_latency_ms"),
-    _interval("p95_latency_ms"),
-    _interval("p99_latency_ms"),
-    _interval("avg_latency_ms"),
-    Column("trials", "measurement", table_label="Trials"),
+    _perf("p95_latency_ms", "quantile", "p95 latency", "p95 latency (ms)"),
+    _perf("p99_latency_ms", "quantile", "p99 latency", "p99 latency (ms)", "p99",
+          summary=SummaryCell("p99 ms", 8)),
+    _perf("avg_latency_ms", "quantile", "Avg latency", "avg latency (ms)", "avg"),
+    # (the 95 % half-widths of throughput and each quantile stand here; empty with one trial)
+    Column("trials", "measurement", kind="int", aggregate="count", in_trials=False,
+           table_label="Trials"),
     # Requests per measurement window (the fewest of the trials) and all trials' measured
-    # requests; the shortest trial's measured seconds; whether the duration cap cut the
-    # request count (a slow point, measured on few requests).
-    Column("request_count", "measurement"),
-    Column("measured_requests", "measurement", table_label="Measured requests"),
-    Column("measured_s", "measurement"),
-    Column("duration_capped", "measurement", table_label="Duration capped"),
-    # Every trial stable by perf_analyzer and the throughput interval within perf.max_ci_pct.
-    Column("stable", "measurement", table_label="Stable"),
-    Column("attempts", "measurement"),
+    # requests (what perf_analyzer's stdout says its client completed); the shortest trial's
+    # measured seconds; whether the duration cap cut the request count (a slow point,
+    # measured on few requests).
+    Column("request_count", "measurement", kind="int", aggregate="min"),
+    Column("measured_requests", "measurement", "perf_analyzer", "Client request count",
+           kind="int", aggregate="sum", table_label="Measured requests"),
+    Column("measured_s", "measurement", DERIVED, derive=_trial_seconds, aggregate="min"),
+    Column("duration_capped", "measurement", kind="bool", aggregate="any",
+           table_label="Duration capped"),
+    # A trial's: perf_analyzer called it stable. A point's: every trial stable by perf_analyzer
+    # and the throughput interval within perf.max_ci_pct.
+    Column("stable", "measurement", kind="bool", aggregate="verdict", table_label="Stable"),
+    Column("attempts", "measurement", kind="int", aggregate="sum"),
     # How perf_analyzer reached the server (deploybench.transport): http | grpc, and none |
     # system | cuda shared memory, as used (a CPU device measures a configured cuda as system;
     # the provenance's `config.transport` has the configured one and why).
-    Column("protocol", "measurement"),
-    Column("shared_memory", "measurement"),
+    Column("protocol", "measurement", kind="str"),
+    Column("shared_memory", "measurement", kind="str"),
     # Why `stable` is False (empty when it is True): "perf_analyzer did not settle (k of n
     # trials)", "interval ±x.x % > max_ci_pct y %", or both joined by "; " (perf.unstable_reason).
     # Last: a CSV written before it has every other column in the same place.
-    Column("unstable_reason", "measurement"),
+    Column("unstable_reason", "measurement", kind="str", aggregate="verdict", in_trials=False),
 )
 # fmt: on
 
-CSV_COLUMNS: list[str] = [column.name for column in PERF_COLUMNS]
-# Value column → its interval column (throughput and the latency quantiles).
-INTERVAL_COLUMNS: dict[str, str] = {
-    column.of: column.name for column in PERF_COLUMNS if column.of is not None
-}
-# The sidecar `<scenario>.trials.csv`: one row per trial, the measured values as perf_analyzer
-# reported them (no intervals, no point-level verdicts), in the measurement order.
-TRIAL_COLUMNS: list[str] = [
-    *(c.name for c in PERF_COLUMNS if c.role in ("run", "point")),
-    "trial",
-    *(c.name for c in PERF_COLUMNS if c.role in ("throughput", *LATENCY_ROLES)),
-    "request_count",
-    "measured_requests",
-    "measured_s",
-    "duration_capped",
-    "stable",  # perf_analyzer's verdict on this trial
-    "attempts",
-    "protocol",
-    "shared_memory",
-]
+
+def _interval_column(column: Column) -> Column:
+    # Not a table column of its own: the report writes it beside its value ("12.3 ± 0.4").
+    return Column(column.name + INTERVAL_SUFFIX, "interval", in_trials=False, of=column.name)
 
 
-def _perf_analyzer_columns(roles: tuple[Role, ...]) -> dict[str, str]:
+def check(columns: Sequence[Column]) -> None:
+    """A clear error for a columns table that cannot work: a duplicate name, a value outside
+    its choices, an interval on anything but a mean, a derived column without its rule."""
+    names = [c.name for c in columns]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"columns defined twice: {duplicates}")
+    for column in columns:
+        for field, value, choices in (
+            ("role", column.role, get_args(Role)),
+            ("kind", column.kind, get_args(Kind)),
+            ("aggregate", column.aggregate, (None, *get_args(Aggregate))),
+        ):
+            if value not in choices:
+                raise ValueError(
+                    f"column {column.name!r}: {field} {value!r}; valid choices: {choices}"
+                )
+        if column.interval and column.aggregate != "mean":
+            raise ValueError(
+                f"column {column.name!r}: an interval needs aggregate 'mean', "
+                f"not {column.aggregate!r}"
+            )
+        if column.summary is not None and column.summary.interval and not column.interval:
+            raise ValueError(
+                f"column {column.name!r}: its summary cell shows an interval it has not"
+            )
+        if (column.source == DERIVED) != (column.derive is not None):
+            raise ValueError(
+                f"column {column.name!r}: source {DERIVED!r} and a `derive` rule go together"
+            )
+        if column.source not in (None, DERIVED) and not column.key:
+            raise ValueError(
+                f"column {column.name!r}: source {column.source!r} needs the `key` that "
+                "names the value in its output"
+            )
+        if not math.isfinite(column.divisor) or column.divisor == 0:
+            raise ValueError(f"column {column.name!r}: divisor {column.divisor!r}")
+
+
+def with_intervals(defined: Sequence[Column]) -> tuple[Column, ...]:
+    """``defined`` with each interval column made, together after the last column that has
+    one (so the CSV keeps the order it was first written in)."""
+    check(defined)
+    having = [i for i, c in enumerate(defined) if c.interval]
+    if not having:
+        return tuple(defined)
+    at = having[-1] + 1
+    made = tuple(_interval_column(c) for c in defined if c.interval)
+    return (*defined[:at], *made, *defined[at:])
+
+
+def csv_columns(columns: Iterable[Column]) -> list[str]:
+    """The perf CSV's columns (a row per point), in order."""
+    return [c.name for c in columns if c.in_points]
+
+
+def trial_columns(columns: Iterable[Column]) -> list[str]:
+    """The trials CSV's columns (a row per trial: the values as measured, no intervals, no
+    point-level verdicts; a trial's `stable` is perf_analyzer's verdict on it), in order."""
+    return [c.name for c in columns if c.in_trials]
+
+
+def interval_columns(columns: Iterable[Column]) -> dict[str, str]:
+    """Value column → its interval column."""
+    return {c.of: c.name for c in columns if c.of is not None}
+
+
+def averaged(columns: Iterable[Column]) -> list[str]:
+    """The columns a point's row holds the trials' mean of, in order."""
+    return [c.name for c in columns if c.aggregate == "mean"]
+
+
+def table_labels(columns: Iterable[Column]) -> dict[str, str]:
+    """Our column → the seed pages' table heading, in the tables' order."""
+    return {c.name: c.table_label for c in columns if c.in_points and c.table_label is not None}
+
+
+def summary_cells(columns: Iterable[Column]) -> dict[str, SummaryCell]:
+    """Our column → its cell in ``deploybench summary``'s point lines, in order."""
+    return {c.name: c.summary for c in columns if c.in_points and c.summary is not None}
+
+
+def perf_analyzer_headings(columns: Iterable[Column], roles: Iterable[Role]) -> dict[str, str]:
+    """perf_analyzer's heading → our column, for the columns of ``roles`` read from its CSV."""
+    wanted = set(roles)
     return {
-        column.perf_analyzer: column.name
-        for column in PERF_COLUMNS
-        if column.role in roles and column.perf_analyzer is not None
+        c.perf_analyzer: c.name for c in columns if c.role in wanted and c.perf_analyzer is not None
     }
 
 
+# Every column, the interval columns made: the tables below derive from it.
+PERF_COLUMNS: tuple[Column, ...] = with_intervals(DEFINED)
+CSV_COLUMNS: list[str] = csv_columns(PERF_COLUMNS)
+TRIAL_COLUMNS: list[str] = trial_columns(PERF_COLUMNS)
+INTERVAL_COLUMNS: dict[str, str] = interval_columns(PERF_COLUMNS)
+MEASURED: list[str] = averaged(PERF_COLUMNS)  # averaged over trials
 # perf_analyzer's heading → our column: throughput taken as it is, latencies from µs to ms.
-THROUGHPUT_COLUMNS: dict[str, str] = _perf_analyzer_columns(("throughput",))
-LATENCY_COLUMNS: dict[str, str] = _perf_analyzer_columns(LATENCY_ROLES)
-# Our column → the seed pages' table heading, in the tables' order.
-TABLE_LABELS: dict[str, str] = {
-    column.name: column.table_label for column in PERF_COLUMNS if column.table_label is not None
-}
+THROUGHPUT_COLUMNS: dict[str, str] = perf_analyzer_headings(PERF_COLUMNS, ("throughput",))
+LATENCY_COLUMNS: dict[str, str] = perf_analyzer_headings(PERF_COLUMNS, LATENCY_ROLES)
+TABLE_LABELS: dict[str, str] = table_labels(PERF_COLUMNS)
+SUMMARY_CELLS: dict[str, SummaryCell] = summary_cells(PERF_COLUMNS)
 
 
-def chart_labels(role: Role) -> dict[str, str]:
+def chart_labels(role: Role, columns: Iterable[Column] = PERF_COLUMNS) -> dict[str, str]:
     """Our column → its chart label, for the drawn columns of ``role``, in the CSV's order."""
     return {
         column.name: column.chart_label
-        for column in PERF_COLUMNS
+        for column in columns
         if column.role == role and column.chart_label is not None
     }

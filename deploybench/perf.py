@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import csv
 import fcntl
 import hashlib
 import json
@@ -49,11 +48,15 @@ from typing import Any
 import numpy as np
 
 from . import stats, tools
-from .columns import (
+from .collectors import PERF_ANALYZER, PerfAnalyzerOutput, collect_trial, derived_values
+from .columns import (  # noqa: F401 - LATENCY_COLUMNS, MEASURED: perf's names too (tests)
     CSV_COLUMNS,
-    INTERVAL_COLUMNS,
     LATENCY_COLUMNS,
-    THROUGHPUT_COLUMNS,
+    MEASURED,
+    PERF_COLUMNS,
+    Column,
+    interval_columns,
+    measured_seconds,
 )
 from .errors import DataError, PerfError
 from .process import die_with_parent
@@ -70,7 +73,6 @@ NO_STABILITY_CHECK = "1000"  # --stability-percentage: any variation passes
 WINDOWS = 3  # perf_analyzer merges its last 3 measurement windows into the reported result
 FLOOR_MARGIN = 1.1  # aim this far above the duration floor: a trial's rate varies
 FLOOR_RERUNS = 2  # a trial that still falls short of the floor is measured again, this often
-MEASURED = [*THROUGHPUT_COLUMNS.values(), *LATENCY_COLUMNS.values()]  # averaged over trials
 
 
 @dataclass(frozen=True)
@@ -307,33 +309,15 @@ def shared_memory_guard(
 
 
 def parse_result(csv_path: Path, stdout: str) -> dict[str, Any]:
-    """perf_analyzer's one-row CSV, latencies converted from µs to ms."""
-    with csv_path.open() as f:
-        rows = list(csv.DictReader(f))
-    if len(rows) != 1:
-        raise PerfError(f"{csv_path}: expected one measurement row, found {len(rows)}")
-    raw = rows[0]
-    row: dict[str, Any] = {dst: float(raw[src]) for src, dst in THROUGHPUT_COLUMNS.items()}
-    for src, dst in LATENCY_COLUMNS.items():
-        row[dst] = float(raw[src]) / 1000.0
-    match = re.search(r"Client:\s*\n\s*Request count:\s*(\d+)", stdout)
-    row["measured_requests"] = int(match.group(1)) if match else None
-    return row
+    """One measurement's values from perf_analyzer's one-row CSV and its stdout, latencies
+    converted from µs to ms (:func:`deploybench.collectors.perf_analyzer`)."""
+    return collect_trial({PERF_ANALYZER: PerfAnalyzerOutput(csv_path, stdout)})
 
 
 def request_rate(values: dict[str, Any], batch: int) -> float | None:
     """Requests a second of a measurement (perf_analyzer reports inferences a second)."""
     throughput = values.get("throughput")
     return float(throughput) / batch if throughput else None
-
-
-def measured_seconds(values: dict[str, Any], batch: int) -> float | None:
-    """How long a measurement's merged windows lasted: its requests' inferences over its
-    throughput (perf_analyzer reports both, not the duration)."""
-    requests, throughput = values.get("measured_requests"), values["throughput"]
-    if not requests or not throughput:
-        return None
-    return float(requests * batch / throughput)
 
 
 def run_perf_analyzer(cmd: list[str], timeout_s: float, log_file: Path | None) -> tuple[int, str]:
@@ -439,6 +423,8 @@ def measure_point(
                 if limit is not None:  # retries stay within the duration cap
                     requests = min(requests, limit)
                 continue
+            # the trial's tools' outputs → its values (a tool measuring beside perf_analyzer
+            # adds its output here: collectors.collect_trial)
             values = parse_result(result_csv, out)
             seconds = measured_seconds(values, point.batch)
             if (
@@ -527,44 +513,68 @@ def unstable_reason(
     return "; ".join(reasons)
 
 
-def summarize(trial_rows: list[dict[str, Any]], max_ci_pct: float) -> list[dict[str, Any]]:
-    """One row per point (in first-measured order) from its trials: the mean of every measured
-    column, the 95 % half-widths of throughput and the quantiles (empty with one trial), and
-    how the point was measured. ``stable``: perf_analyzer called every trial stable, and (with
-    two trials or more) the throughput interval is within ``max_ci_pct`` % of the mean;
-    ``unstable_reason`` says which failed (:func:`unstable_reason`)."""
+def summarize(
+    trial_rows: list[dict[str, Any]],
+    max_ci_pct: float,
+    columns: tuple[Column, ...] = PERF_COLUMNS,
+) -> list[dict[str, Any]]:
+    """One row per point (in first-measured order) from its trials, every column combined as
+    its :class:`Column`'s ``aggregate`` says: the mean of every measured value (its 95 %
+    half-width beside it where it has an interval column; empty with one trial), the sums,
+    minima and flags of how the point was measured. ``stable``: perf_analyzer called every
+    trial stable, and (with two trials or more) the throughput interval is within
+    ``max_ci_pct`` % of the mean; ``unstable_reason`` says which failed
+    (:func:`unstable_reason`). The run's columns (and the transport's) are the job's to add."""
     by_point: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for row in trial_rows:
         by_point.setdefault((int(row["batch"]), int(row["concurrency"])), []).append(row)
+    intervals_of = interval_columns(columns)
     summary = []
     for (batch, concurrency), rows in by_point.items():
         point: dict[str, Any] = {"batch": batch, "concurrency": concurrency}
-        intervals = {c: stats.interval([float(r[c]) for r in rows]) for c in MEASURED}
-        for column, iv in intervals.items():
-            point[column] = round(iv.mean, 6)
-            if column in INTERVAL_COLUMNS:
-                point[INTERVAL_COLUMNS[column]] = (
-                    None if math.isnan(iv.half_width) else round(iv.half_width, 6)
-                )
-        throughput = intervals["throughput"]
-        requests = [r.get("measured_requests") for r in rows]
-        seconds = [r.get("measured_s") for r in rows]
-        counted = None if None in requests else sum(int(n) for n in requests if n is not None)
-        timed = None if None in seconds else min(float(t) for t in seconds if t is not None)
+        means: dict[str, stats.Interval] = {}
+        for column in columns:
+            if not column.in_points or column.aggregate in (None, "key", "verdict"):
+                continue
+            if column.aggregate == "mean":
+                iv = means[column.name] = stats.interval([float(r[column.name]) for r in rows])
+                point[column.name] = round(iv.mean, 6)
+                if column.name in intervals_of:
+                    half = None if math.isnan(iv.half_width) else round(iv.half_width, 6)
+                    point[intervals_of[column.name]] = half
+            else:
+                point[column.name] = aggregate(column, [r.get(column.name) for r in rows])
+        # The verdicts judge the trials as a whole (perf_analyzer's verdict on each and the
+        # throughput's interval against max_ci_pct), not one column's values: no aggregation.
         unsettled = sum(1 for r in rows if not bool(r["stable"]))
-        reason = unstable_reason(unsettled, len(rows), throughput, max_ci_pct)
-        point |= {
-            "trials": len(rows),
-            "request_count": min(int(r["request_count"]) for r in rows),
-            "measured_requests": counted,
-            "measured_s": timed,
-            "duration_capped": any(bool(r.get("duration_capped")) for r in rows),
-            "stable": not reason,
-            "attempts": sum(int(r["attempts"]) for r in rows),
-            "unstable_reason": reason,
-        }
-        summary.append(point)
+        reason = unstable_reason(unsettled, len(rows), means["throughput"], max_ci_pct)
+        point |= {"stable": not reason, "unstable_reason": reason}
+        summary.append({c.name: point[c.name] for c in columns if c.name in point})
     return summary
+
+
+def aggregate(column: Column, values: list[Any]) -> Any:
+    """A point's value of ``column`` from its trials' ``values`` (in measurement order), as its
+    ``aggregate`` says (all but ``mean``, whose interval :func:`summarize` adds)."""
+    how = column.aggregate
+    if how == "count":
+        return len(values)
+    if how == "first":
+        return values[0]
+    if how in ("any", "all"):
+        flags = [bool(v) for v in values]
+        return any(flags) if how == "any" else all(flags)
+    if how in ("sum", "min", "max"):
+        if any(v is None for v in values):  # a trial without it: the point has none
+            return None
+        numbers = [int(v) if column.kind == "int" else float(v) for v in values]
+        if how == "sum":
+            return sum(numbers)
+        return min(numbers) if how == "min" else max(numbers)
+    raise ValueError(
+        f"column {column.name!r}: aggregate {how!r} is not one value of its trials; "
+        "valid: count, first, any, all, sum, min, max (mean: perf.summarize)"
+    )
 
 
 def _row(
@@ -575,14 +585,15 @@ def _row(
     attempts: int,
     capped: bool,
 ) -> dict[str, Any]:
-    seconds = measured_seconds(values, point.batch)
-    return {
+    """A trial's row: its point, its tools' values, the measurement loop's records and the
+    derived columns."""
+    row = {
         "batch": point.batch,
         "concurrency": point.concurrency,
         **values,
         "request_count": requests,
-        "measured_s": None if seconds is None else round(seconds, 3),
         "duration_capped": capped,
         "stable": stable,
         "attempts": attempts,
     }
+    return row | derived_values(row)

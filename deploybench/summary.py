@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .chart_names import RUN_CHARTS
+from .columns import INTERVAL_COLUMNS, SUMMARY_CELLS
 from .errors import ResultsError
 from .progress import count
 
@@ -34,7 +35,13 @@ EXPECTED = (
     "holding accuracy.csv, offline.csv or online.csv"
 )
 MAKE = ".venv/bin/snakemake --profile profiles/local"
-HEADING = f"  {'batch':>5}  {'conc.':>5}  {'throughput infer/s ± 95 %':>28}  {'p99 ms':>8}  stable"
+# A point's line: batch, concurrency, the columns with a summary cell (columns.SUMMARY_CELLS:
+# throughput ± its interval, p99 latency), stable or why not.
+HEADING = "  ".join(
+    ["", f"{'batch':>5}", f"{'conc.':>5}"]
+    + [f"{cell.heading:>{cell.width}}" for cell in SUMMARY_CELLS.values()]
+    + ["stable"]
+)
 
 
 @dataclass(frozen=True)
@@ -176,12 +183,15 @@ def stable_text(row: dict[str, str]) -> str:
 
 
 def point_line(row: dict[str, str]) -> str:
-    throughput = interval_text(_number(row.get("throughput")), _number(row.get("throughput_ci95")))
-    p99 = _number(row.get("p99_latency_ms"))
-    return (
-        f"  {row.get('batch', '?'):>5}  {row.get('concurrency', '?'):>5}  {throughput:>28}  "
-        f"{p99:>8.2f}  {stable_text(row)}"
-    )
+    cells = [f"{row.get('batch', '?'):>5}", f"{row.get('concurrency', '?'):>5}"]
+    for column, cell in SUMMARY_CELLS.items():
+        value = _number(row.get(column))
+        if cell.interval:
+            text = interval_text(value, _number(row.get(INTERVAL_COLUMNS[column])))
+            cells.append(f"{text:>{cell.width}}")
+        else:
+            cells.append(f"{value:>{cell.width}.2f}")
+    return "  ".join(["", *cells, stable_text(row)])
 
 
 def scenario_lines(run: Path, scenario: str) -> list[str]:

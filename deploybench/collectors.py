@@ -1,0 +1,143 @@
+"""Collectors: each turns one trial's output of a measuring tool into the values of the columns
+sourced from it (:class:`deploybench.columns.Column`'s ``source`` and ``key``).
+
+A trial's outputs are a mapping source → that tool's output (perf_analyzer's: its
+``--verbose-csv`` file and its stdout, :class:`PerfAnalyzerOutput`). :func:`collect_trial` runs
+each source's collector over the columns it sources; :func:`derived_values` then computes the
+derived columns from the whole trial. A new tool (NVML's GPU telemetry, say) is a function here
+registered with ``@collector("<source>")``, its output added to the trial's outputs where the
+trial is measured (``perf.measure_point``), and a :class:`Column` entry per value.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from .columns import DERIVED, PERF_COLUMNS, Column
+from .errors import PerfError
+
+PERF_ANALYZER = "perf_analyzer"
+
+
+class Collector(Protocol):
+    def __call__(self, output: Any, columns: Sequence[Column], /) -> dict[str, Any]:
+        """``{column name: value}`` for ``columns`` (those sourced from this collector), from
+        its ``output`` of one trial."""
+        ...
+
+
+COLLECTORS: dict[str, Collector] = {}
+CollectorT = TypeVar("CollectorT", bound=Collector)
+
+
+def collector(source: str) -> Callable[[CollectorT], CollectorT]:
+    """Register the decorated function as the collector of ``source``."""
+
+    def register(function: CollectorT) -> CollectorT:
+        if source in COLLECTORS or source == DERIVED:
+            raise ValueError(f"a collector of {source!r} is registered already")
+        COLLECTORS[source] = function
+        return function
+
+    return register
+
+
+def read_value(column: Column, text: str) -> Any:
+    """A source's text as ``column``'s value: its kind, in our unit."""
+    if column.kind == "str":
+        return text
+    if column.kind == "bool":
+        return text.strip().lower() in ("true", "1", "yes")
+    if column.kind == "int":
+        return int(text)
+    value = float(text)
+    return value / column.divisor if column.divisor != 1.0 else value
+
+
+def check_sources(columns: Iterable[Column]) -> None:
+    """A clear error for a column whose source has no collector."""
+    for column in columns:
+        if column.source not in (None, DERIVED, *COLLECTORS):
+            raise ValueError(
+                f"column {column.name!r}: no collector of source {column.source!r}; "
+                f"registered: {sorted(COLLECTORS)} (or {DERIVED!r})"
+            )
+
+
+def collect_trial(
+    outputs: Mapping[str, Any], columns: Sequence[Column] = PERF_COLUMNS
+) -> dict[str, Any]:
+    """One trial's values of every column sourced from a tool in ``outputs`` (source → its
+    output), in the columns' order."""
+    unknown = sorted(set(outputs) - set(COLLECTORS))
+    if unknown:
+        raise ValueError(f"no collector of {unknown}; registered: {sorted(COLLECTORS)}")
+    check_sources(columns)
+    values: dict[str, Any] = {}
+    for source, output in outputs.items():
+        values |= COLLECTORS[source](output, [c for c in columns if c.source == source])
+    return {c.name: values[c.name] for c in columns if c.name in values}
+
+
+def derived_values(
+    trial: Mapping[str, Any], columns: Sequence[Column] = PERF_COLUMNS
+) -> dict[str, Any]:
+    """The derived columns' values of a trial, from its other values (in the columns' order:
+    a derived column may use one defined before it)."""
+    values = dict(trial)
+    derived = {}
+    for column in columns:
+        if column.derive is not None:
+            derived[column.name] = values[column.name] = column.derive(values)
+    return derived
+
+
+# --- perf_analyzer ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PerfAnalyzerOutput:
+    """One perf_analyzer measurement: its ``-f ... --verbose-csv`` file and its stdout."""
+
+    csv_path: Path
+    stdout: str
+
+
+# The values perf_analyzer's stdout says and its CSV lacks: key → the pattern whose group 1
+# holds it. "Client request count": the requests its client completed in the merged windows.
+PERF_ANALYZER_STDOUT: dict[str, re.Pattern[str]] = {
+    "Client request count": re.compile(r"Client:\s*\n\s*Request count:\s*(\d+)"),
+}
+
+
+@collector(PERF_ANALYZER)
+def perf_analyzer(output: PerfAnalyzerOutput, columns: Sequence[Column]) -> dict[str, Any]:
+    """perf_analyzer's one-row CSV (a column's ``key``: its heading) and its stdout (a key of
+    ``PERF_ANALYZER_STDOUT``; None where it does not say it)."""
+    with output.csv_path.open() as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 1:
+        raise PerfError(f"{output.csv_path}: expected one measurement row, found {len(rows)}")
+    raw = rows[0]
+    values: dict[str, Any] = {}
+    for column in columns:
+        key = str(column.key)
+        if key in PERF_ANALYZER_STDOUT:
+            match = PERF_ANALYZER_STDOUT[key].search(output.stdout)
+            values[column.name] = read_value(column, match.group(1)) if match else None
+        elif key in raw:
+            values[column.name] = read_value(column, raw[key])
+        else:
+            raise PerfError(
+                f"{output.csv_path}: perf_analyzer wrote no {key!r} (column {column.name!r}); "
+                f"its CSV has {list(raw)}, its stdout {sorted(PERF_ANALYZER_STDOUT)}"
+            )
+    return values
+
+
+check_sources(PERF_COLUMNS)
