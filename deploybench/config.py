@@ -286,7 +286,7 @@ def reference_format(config: dict[str, Any], fmt: str, accelerator: str) -> str:
 def published_ran(config: dict[str, Any], model: str) -> dict[str, dict[str, dict[str, str]]]:
     """``models.<model>.published_ran``: where the published label is not what was run, format
     → labelled precision → ``{"precision": what ran, "note": ...}`` (empty: every label holds).
-    E.g. TFT's published ts-trace "fp16" rows served the fp32 export (config.yaml says why)."""
+    E.g. TFT's published ts-trace "fp16" rows served the fp32 export (docs/config-reference.md says why)."""
     return dict(config["models"][model].get("published_ran") or {})
 
 

@@ -48,7 +48,7 @@ def tritonserver_binary() -> Path:
     if found:
         return Path(found)
     raise ToolNotFound(
-        "tritonserver not found: install nvidia-pytriton==0.7.0 (see README) or run in an NGC "
+        "tritonserver not found: install nvidia-pytriton==0.7.0 (see docs/index.md) or run in an NGC "
         "tritonserver image, or set DEPLOYBENCH_TRITONSERVER"
     )
 
@@ -100,7 +100,7 @@ def perf_analyzer_binary() -> Path:
         return Path(found)
     raise ToolNotFound(
         "perf_analyzer not found: install tritonclient==2.41.0 into <venv>/perf-analyzer "
-        "(see README), run in an NGC tritonserver -sdk image, or set DEPLOYBENCH_PERF_ANALYZER"
+        "(see docs/index.md), run in an NGC tritonserver -sdk image, or set DEPLOYBENCH_PERF_ANALYZER"
     )
 
 

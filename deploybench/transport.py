@@ -1,7 +1,7 @@
 """How perf_analyzer reaches Triton in a scenario: its protocol and where the tensors travel.
 
 DLE's runners chose per model, and per scenario (``models.<m>.perf.<scenario>.transport`` in
-config/config.yaml cites each runner): nnU-Net HTTP with CUDA shared memory, ResNet-50 and
+docs/config-reference.md cites each runner): nnU-Net HTTP with CUDA shared memory, ResNet-50 and
 FastPitch plain HTTP, TFT HTTP with system shared memory offline, BERT gRPC with system shared
 memory offline; online, no runner used shared memory but nnU-Net's. perf_analyzer takes them as
 ``-i http|grpc`` and ``--shared-memory system|cuda`` (none: the flag left out, its default).

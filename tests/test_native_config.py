@@ -18,8 +18,8 @@ from deploybench import config as dbc
 from deploybench import jobs
 from deploybench.io import sha256_of
 from deploybench.models import load_family
-from deploybench.plan import container_free, serving
 from deploybench.repository import model_config
+from deploybench.serving_plan import container_free, serving
 from deploybench.tensors import TensorSpec
 from deploybench.triton_client import served_feeds
 from deploybench.triton_config import build_model_config, to_pbtxt
@@ -232,7 +232,7 @@ def test_every_native_config_has_the_seed_pages_parameters():
         assert [cfg.dynamic_batching.max_queue_delay_microseconds] == seed["delay"], where
         assert not cfg.parameters, where  # python-backend parameters only on CPU
         # every seed page: "Capture CUDA Graph: Disabled" / --capture-cuda-graph 0; but TFT's
-        # trt rows ran with them (DLE passed --tensorrt-capture-cuda-graph; config.yaml says why;
+        # trt rows ran with them (DLE passed --tensorrt-capture-cuda-graph; docs/config-reference.md says why;
         # tests/test_published_labels.py)
         tft_trt = run.model in ("tft", "tft_traffic") and run.format == "trt"
         assert cfg.optimization.cuda.graphs == tft_trt, where

@@ -16,8 +16,12 @@ from snakemake.utils import validate
 
 from deploybench import jobs
 from deploybench import plan as dbplan
+from deploybench import resources as dbresources
+from deploybench import serving_plan as dbserving
 from deploybench.config import ConfigError, all_runs, containers_on, deep_merge
+from deploybench.export_plan import plan_export, plan_model
 from deploybench.perf import MeasureSettings
+from deploybench.preflight_plan import plan_preflight
 from tests.conftest import REPO, base_config, write_config
 
 SCHEMA = REPO / "config" / "schema" / "config.schema.yaml"
@@ -110,7 +114,7 @@ def test_gpu_run_plan_names_conversion_serving_and_its_gpu():
     assert trt.spec("repository")["serving"]["platform"] == "tensorrt_plan"
     assert trt.serves_export_inputs and trt.export.format == "onnx" and trt.artifact == "model.plan"
     a30 = config["gpus"]["A30"]["slurm"]
-    assert trt.gpu_request == dbplan.GpuRequest(
+    assert trt.gpu_request == dbresources.GpuRequest(
         gpu=1,
         gpu_model=a30["gpu_model"],
         gres=None,
@@ -127,7 +131,7 @@ def test_gpu_run_plan_names_conversion_serving_and_its_gpu():
 @pytest.mark.parametrize(
     ("path", "overrides", "changed"),
     [
-        # the README's promise: the online concurrency reruns online.csv only
+        # the docs' promise (docs/configuration.md): the online concurrency reruns online.csv only
         (
             CPU_RUN,
             {"sizings": {"cpu": {"tft": {"perf": {"online": {"concurrency": [1, 3]}}}}}},
@@ -200,9 +204,9 @@ def test_an_unset_window_limit_leaves_the_measurement_spec_without_it():
             ValueError,
             "unknown step 'perf'; valid choices: convert, repository, accuracy, offline, online",
         ),
-        (lambda c: dbplan.plan_model(c, "bert9"), ConfigError, "unknown model 'bert9'; valid"),
+        (lambda c: plan_model(c, "bert9"), ConfigError, "unknown model 'bert9'; valid"),
         (
-            lambda c: dbplan.plan_export(c, "tft", "tflite", "fp32"),
+            lambda c: plan_export(c, "tft", "tflite", "fp32"),
             ConfigError,
             "unknown export format 'tflite'; valid choices: onnx, onnx-trt,",
         ),
@@ -225,9 +229,9 @@ def test_configured_checkpoint_must_exist_when_planned(tmp_path):
     config = workflow_config()
     config["models"]["tft"]["checkpoint"] = str(tmp_path / "missing.pt")
     with pytest.raises(ConfigError, match="models.tft.checkpoint: .* does not exist"):
-        dbplan.plan_model(config, "tft")
+        plan_model(config, "tft")
     (tmp_path / "missing.pt").write_bytes(b"")
-    assert dbplan.plan_model(config, "tft").configured_checkpoint == str(tmp_path / "missing.pt")
+    assert plan_model(config, "tft").configured_checkpoint == str(tmp_path / "missing.pt")
 
 
 def workflow_rules(workdir: Path) -> dict:
@@ -297,29 +301,29 @@ def test_runtime_is_the_steps_minutes_plus_its_trials_times_the_margin():
     assert plan.runtime["offline"] == -(-(3 + 2 * trials) * 3 // 2)  # ceil((3 + 2n) * 1.5)
     # a model's own `runtime` overrides the workflow's, for that model only
     config["models"]["tft"]["runtime"] = {"steps": {"export": 40}}
-    assert dbplan.plan_model(config, "tft").runtime["export"] == 60
-    assert dbplan.plan_model(config, "bert").runtime["export"] == math.ceil(
+    assert plan_model(config, "tft").runtime["export"] == 60
+    assert plan_model(config, "bert").runtime["export"] == math.ceil(
         config["runtime"]["steps"]["export"] * 1.5
     )
 
 
 def test_preflight_plan_says_what_the_runs_on_a_gpu_need_of_an_image():
     config = workflow_config()
-    triton = dbplan.plan_preflight(config, "A30", "triton-25.01")
+    triton = plan_preflight(config, "A30", "triton-25.01")
     assert triton["role"] == "triton" and triton["device"] == "gpu"
     # every native backend the PyTorch models' A30 runs are served with
     assert {"onnxruntime", "pytorch", "tensorrt"} <= set(triton["backends"])
     assert triton["trtexec_flags"] == []
-    framework = dbplan.plan_preflight(config, "A30", "pytorch-25.01")
+    framework = plan_preflight(config, "A30", "pytorch-25.01")
     assert framework["role"] == "framework" and framework["backends"] == []
     # the flags the convert step passes trtexec, by name
     assert {"--onnx", "--saveEngine", "--minShapes", "--fp16"} <= set(framework["trtexec_flags"])
-    cpu = dbplan.plan_preflight(config, "cpu", "triton-25.01")
+    cpu = plan_preflight(config, "cpu", "triton-25.01")
     assert cpu["backends"] == ["python"] and cpu["device"] == "cpu"
     with pytest.raises(ConfigError, match="valid choices: pytorch-25.01, tensorflow-25.02, "):
-        dbplan.plan_preflight(config, "A30", "tensorflow-25.02x")
+        plan_preflight(config, "A30", "tensorflow-25.02x")
     with pytest.raises(ConfigError, match="unknown gpu 'P100'"):
-        dbplan.plan_preflight(config, "P100", "triton-25.01")
+        plan_preflight(config, "P100", "triton-25.01")
 
 
 def test_duration_floor_above_the_cap_is_refused():
@@ -354,9 +358,9 @@ def test_a_gpu_its_images_cannot_drive_is_refused():
         dbplan.plan_run(config, "resnet50", "V100", "tf-trt", "fp16")
     # the preflight of that pair, and of the Triton image the run serves with
     with pytest.raises(ConfigError, match=message):
-        dbplan.plan_preflight(config, "V100", "tensorflow-25.02")
+        plan_preflight(config, "V100", "tensorflow-25.02")
     with pytest.raises(ConfigError, match="cannot run image 'triton-25.02-tf'"):
-        dbplan.plan_preflight(config, "V100", "triton-25.02-tf")
+        plan_preflight(config, "V100", "triton-25.02-tf")
     # 25.01 already starts at 7.5 (its release notes): the PyTorch models' V100 runs too
     with pytest.raises(ConfigError, match="gpu 'V100' .* cannot run image 'pytorch-25.01'"):
         dbplan.plan_run(config, "tft", "V100", "trt", "fp16")
@@ -377,9 +381,9 @@ def test_a_v100_gets_the_newest_images_that_drive_it_and_exports_there():
         # a GPU the newest images drive keeps them, and the models' shared exports
         a30 = dbplan.plan_run(config, model, "A30", fmt, "fp16")
         assert a30.containers["framework"] != framework and a30.export.image_key is None
-    assert dbplan.plan_preflight(config, "V100", "triton-24.09")["image"] == "triton-24.09"
+    assert plan_preflight(config, "V100", "triton-24.09")["image"] == "triton-24.09"
     with pytest.raises(ConfigError, match="gpu 'V100' .* cannot run image 'triton-25.01'"):
-        dbplan.plan_preflight(config, "V100", "triton-25.01")
+        plan_preflight(config, "V100", "triton-25.01")
 
 
 def test_an_image_whose_tensorrt_dropped_the_gpu_is_passed_over():
@@ -419,13 +423,13 @@ def test_every_new_gpu_plans_the_published_formats(gpu):
         with pytest.raises(ConfigError, match=message):
             dbplan.plan_run(config, "tft", gpu, "trt", "fp16")
         with pytest.raises(ConfigError, match=message):
-            dbplan.plan_preflight(config, gpu, "triton-25.01")
+            plan_preflight(config, gpu, "triton-25.01")
     else:
         tft = dbplan.plan_run(config, "tft", gpu, "trt", "fp16")
         assert tft.gpu_request.gpu == 1 and tft.conversion is not None
     resnet = dbplan.plan_run(config, "resnet50", gpu, "tf-trt", "fp16")
     assert resnet.spec("repository")["serving"]["platform"] == "tensorflow_savedmodel"
-    assert dbplan.plan_preflight(config, gpu, "triton-25.02-tf")["device"] == "gpu"
+    assert plan_preflight(config, gpu, "triton-25.02-tf")["device"] == "gpu"
 
 
 def test_compute_capabilities_compare_as_numbers():
@@ -481,8 +485,8 @@ def test_fp32_torchscript_runs_matmuls_in_tf32_where_the_published_era_did():
     assert "environment" not in dbplan.plan_run(config, "tft", "A30", "ts-trace", "fp32").server
     # the accuracy and perf jobs start their servers with it
     spec = dbplan.plan_run(config, "bert", "A100", "ts-trace", "fp32")
-    assert spec.spec("offline")["server"]["environment"] == dbplan.TF32_MATMUL_ENV
-    assert spec.spec("accuracy")["server"]["environment"] == dbplan.TF32_MATMUL_ENV
+    assert spec.spec("offline")["server"]["environment"] == dbserving.TF32_MATMUL_ENV
+    assert spec.spec("accuracy")["server"]["environment"] == dbserving.TF32_MATMUL_ENV
 
 
 def test_berts_fp16_onnx_and_trt_start_from_an_fp16_export_as_dles():
