@@ -931,9 +931,31 @@ def run_rule(smk: Any) -> None:
     if smk.rule not in JOBS:
         raise ValueError(f"no job for rule {smk.rule!r}; valid choices: {', '.join(sorted(JOBS))}")
     setup_logging(smk.log[0] if smk.log else None)
-    # In a container: nothing more from the driver's environment than Snakemake itself.
-    confine_to_image()
-    # Killed outright, Snakemake cannot stop its jobs: each stops itself when it sees it die.
-    stop_with_snakemake()
-    job = JOBS[smk.rule]
-    job(smk.params.spec, **job_arguments(job, smk.rule, rule_files(smk), smk.config))
+    try:
+        # In a container: nothing more from the driver's environment than Snakemake itself.
+        confine_to_image()
+        # Killed outright, Snakemake cannot stop its jobs: each stops itself when it sees it die.
+        stop_with_snakemake()
+        job = JOBS[smk.rule]
+        job(smk.params.spec, **job_arguments(job, smk.rule, rule_files(smk), smk.config))
+    except BaseException as error:
+        # Snakemake sends whoever reads of the failure to the log file: it says why there too
+        # (stderr gets the traceback as ever, and the job the same exit status).
+        if smk.log:
+            _log_failure(smk.rule, error)
+        raise
+
+
+def _log_failure(rule: str, error: BaseException) -> None:
+    """The exception that ends a job, in its log: a stop signal in a line, an error with its
+    traceback."""
+    from .server import Terminated
+
+    if isinstance(error, KeyboardInterrupt):
+        log.error("rule %s stopped by Ctrl-C (SIGINT)", rule)
+    elif isinstance(error, Terminated):
+        log.error("rule %s stopped by SIGTERM", rule)
+    elif isinstance(error, SystemExit):
+        log.error("rule %s exited with status %s", rule, error.code)
+    else:
+        log.error("rule %s failed", rule, exc_info=error)

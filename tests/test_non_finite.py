@@ -3,6 +3,9 @@ it is read, and weights that fp16 cannot hold are named by the conversion."""
 
 from __future__ import annotations
 
+import json
+import textwrap
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +13,7 @@ import torch
 from deploybench.checkpoint import prepare_checkpoint
 from deploybench.convert import onnx_fp16, torchscript_fp16
 from deploybench.errors import CheckpointError, ConversionError
+from tests.conftest import REPO, run_snakemake
 from tests.dle_fixtures import tft_reference_checkpoint, write_tft_train_checkpoint
 
 
@@ -89,3 +93,43 @@ def test_torchscript_fp16_refuses_weights_that_overflow_naming_them(tmp_path):
         torchscript_fp16(Scaled(), tmp_path / "fp16.pt", feeds, script=False, device="cpu")
     assert "ok" not in str(err.value).split("infinite:")[1]
     assert not (tmp_path / "fp16.pt").exists()
+
+
+def test_a_job_refusing_a_diverged_checkpoint_says_why_in_its_log_file(tmp_path):
+    """Snakemake sends the reader of a failed job to its log file: the job's error is there (its
+    traceback too), as well as on stderr, and the job fails as before."""
+    ref, _, state = tft_reference_checkpoint("TFTpart2")
+    nan_name = min(k for k in state if k.endswith(".weight"))
+    state[nan_name] = state[nan_name].clone()
+    state[nan_name].view(-1)[0] = float("nan")
+    folder = write_tft_train_checkpoint(tmp_path / "electricity_bin", state)
+    model = {"module": "tft", "hparams": ref["hparams"], "checkpoint": str(folder), "seed": 0}
+    (tmp_path / "spec.json").write_text(json.dumps({"model": model}))
+    (tmp_path / "Snakefile").write_text(
+        textwrap.dedent(
+            f"""
+            import json
+
+            rule prepare_checkpoint:
+                output:
+                    checkpoint="out/model.pt",
+                    provenance="out/model.pt.provenance.json",
+                log:
+                    "logs/checkpoint.log",
+                params:
+                    spec=json.loads(open("spec.json").read()),
+                script:
+                    "{REPO / "scripts" / "checkpoint.py"}"
+            """
+        )
+    )
+    result = run_snakemake(
+        tmp_path, "--cores", "1", "out/model.pt", snakefile=tmp_path / "Snakefile", timeout=300
+    )
+    assert result.returncode != 0
+    assert "check log file(s) for error details" in result.stderr
+    log_text = (tmp_path / "logs" / "checkpoint.log").read_text()
+    assert log_text.count("rule prepare_checkpoint failed") == 1
+    assert "Traceback" in log_text
+    assert "CheckpointError: " in log_text and "1 tensor(s) hold NaN or Inf" in log_text
+    assert "1 tensor(s) hold NaN or Inf" in result.stderr  # the job's own stderr, as before
