@@ -28,7 +28,7 @@ from .io import atomic_path, sha256_of, write_json
 
 IMAGE_DIR = "images"
 # What installs a lock in an image (its own pip, inside the build), in the source tree.
-INSTALLER = "envs/install_lock.py"
+INSTALLER = locks.INSTALLER
 # Build arguments a definition reads ({{ NAME }}), from the image's config keys.
 BUILD_ARGS = {"from": "FROM", "sdk": "SDK", "lock": "LOCK", "installer": "INSTALLER"}
 

@@ -27,7 +27,9 @@ lock made from other requirements or settings (``make locks`` regenerates them a
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -38,6 +40,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from .errors import ConfigError, LockError, ResolveError
@@ -49,7 +52,25 @@ INDEX = "https://pypi.org/simple"
 # Never true on the platform we resolve for: an override with it removes a package.
 NEVER = "sys_platform == 'never'"
 LOCK_KEYS = ("definition", "requirements", "lock", "from", "release", "exclude_newer")
+# What installs a lock in an image (its own pip, inside the build), in the source tree.
+INSTALLER = "envs/install_lock.py"
+SOURCE_TREE = Path(__file__).resolve().parent.parent
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+@functools.cache
+def lock_format() -> ModuleType:
+    """The one reader of the lock format: the images' installer (``INSTALLER``; standard library
+    only, as it runs in the NGC base before deploybench is there), loaded from the source tree,
+    where the locks are. Jobs in a container see only the package: they read no lock."""
+    path = SOURCE_TREE / INSTALLER
+    spec = importlib.util.spec_from_file_location("deploybench_install_lock", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise LockError(f"{path}: not found; locks are read in deploybench's source tree")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def canonical(name: str) -> str:
@@ -251,23 +272,12 @@ def resolve(spec: LockSpec, uv: str = "uv") -> str:
 
 def parse_lock(text: str) -> dict[str, tuple[str, int]]:
     """Canonical name → (pinned version, number of sha256 hashes) of each locked package."""
-    entries: dict[str, tuple[str, int]] = {}
-    current: str | None = None
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        if line[0].isspace():
-            if current and "--hash=sha256:" in line:
-                version, count = entries[current]
-                entries[current] = (version, count + line.count("--hash=sha256:"))
-            continue
-        requirement = line.split(";", 1)[0].rstrip(" \\")
-        name, sep, version = requirement.partition("==")
-        if not sep:
-            raise LockError(f"{requirement.strip()!r} is not pinned with ==")
-        current = canonical(name.split("[", 1)[0].strip())
-        entries[current] = (version.strip(), line.count("--hash=sha256:"))
-    return entries
+    installer = lock_format()
+    try:
+        _, entries = installer.parse(text)
+    except installer.LockFormatError as err:
+        raise LockError(str(err)) from err
+    return {e.key: (e.version, len(e.hashes)) for e in entries}
 
 
 def problems(spec: LockSpec, text: str) -> list[str]:

@@ -2,7 +2,9 @@
 
     python3 install_lock.py LOCK [--source NAME,NAME]
 
-Standard library only: it runs in the NGC base before anything of deploybench is there.
+Standard library only: it runs in the NGC base before anything of deploybench is there. It is
+also the one reader of the lock format (``parse``): deploybench/locks.py checks locks with it and
+tests/image_rehearsal.py cuts them with it (both load this file, ``locks.lock_format``).
 
 Every file of the lock is installed with ``--no-deps --require-hashes`` (the lock is complete for
 what it installs and must not touch the base's own builds), wheels only but for the ``--source``
@@ -20,6 +22,7 @@ apt-installed one stays where it is, shadowed, as Debian's pip would leave it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import subprocess
 import sys
@@ -28,32 +31,77 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-# A lock entry starts with `name==version` at the start of a line; its hashes follow indented.
-ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==\S+")
+# A lock entry starts with `name==version` at the start of a line (uv writes no extras, but a
+# `name[extra]==version` reads the same); its hashes and `# via` comments follow indented.
+ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;\\]+)")
+HASH = re.compile(r"--hash=sha256:([^\s\\]+)")
 PIP = [
     sys.executable, "-m", "pip", "install", "--no-cache-dir", "--break-system-packages",
     "--no-deps", "--require-hashes", "--only-binary", ":all:",
 ]  # fmt: skip
 
 
+class LockFormatError(ValueError):
+    """A lock line that is not a ``name==version`` pin."""
+
+
 def canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them (``Foo_Bar`` == ``foo-bar``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def entries(lock_text: str) -> dict[str, str]:
-    """Canonical name → the entry's text (its requirement line and hash lines), in lock order."""
-    found: dict[str, str] = {}
-    name = None
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One locked distribution."""
+
+    name: str  # as the lock spells it
+    version: str
+    hashes: tuple[str, ...]  # sha256 digests of its files, in lock order
+    text: str  # verbatim: its requirement line, hash lines and comments (no final newline)
+
+    @property
+    def key(self) -> str:
+        return canonical(self.name)
+
+    @property
+    def requirement(self) -> str:
+        """The entry as pip reads it: its requirement and hash lines, without comments."""
+        lines = self.text.splitlines()
+        kept = [lines[0], *(ln for ln in lines[1:] if ln[:1].isspace() and _is_data(ln))]
+        return "".join(line + "\n" for line in kept)
+
+
+def _is_data(line: str) -> bool:
+    return bool(line.strip()) and not line.lstrip().startswith("#")
+
+
+def parse(lock_text: str) -> tuple[str, list[Entry]]:
+    """The lock's opening comment (the lines before its first entry) and its entries, in lock
+    order. Every line that starts unindented and is not a comment must be a ``name==version``
+    pin; whatever follows it until the next one belongs to its entry."""
+    header: list[str] = []
+    blocks: list[list[str]] = []
     for line in lock_text.splitlines():
-        match = ENTRY.match(line)
-        if match:
-            name = canonical(match.group(1))
-            found[name] = line + "\n"
-        elif name and line.startswith((" ", "\t")) and not line.strip().startswith("#"):
-            found[name] += line + "\n"
+        if line[:1].isspace() or not _is_data(line):
+            (blocks[-1] if blocks else header).append(line)
         else:
-            name = None
-    return found
+            blocks.append([line])
+    found = []
+    for block in blocks:
+        match = ENTRY.match(block[0])
+        if match is None:
+            requirement = block[0].split(";", 1)[0].rstrip(" \\").strip()
+            raise LockFormatError(f"{requirement!r} is not pinned with ==")
+        pip_lines = [line for line in block if _is_data(line)]
+        hashes = tuple(HASH.findall("\n".join(pip_lines)))
+        found.append(Entry(match.group(1), match.group(2), hashes, "\n".join(block)))
+    return "\n".join(header), found
+
+
+def entries(lock_text: str) -> dict[str, str]:
+    """Canonical name → the entry as pip reads it (its requirement and hash lines), in lock
+    order."""
+    return {entry.key: entry.requirement for entry in parse(lock_text)[1]}
 
 
 def without_record(names: Iterable[str], path: list[str] | None = None) -> list[str]:

@@ -56,6 +56,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from deploybench.locks import lock_format
+
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
 BASE_PACKAGES = (
@@ -296,12 +298,9 @@ def resolve(text: str, build_args: list[str]) -> list[Stage]:
 # --- the lock's subset that fits the root ---------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class LockEntry:
-    name: str
-    version: str
-    hashes: frozenset[str]
-    text: str  # verbatim: the requirement line, its hash lines and its comments
+# The lock format's one reader (envs/install_lock.py, as the images install with it).
+install_lock = lock_format()
+LockEntry = install_lock.Entry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,23 +311,11 @@ class Skipped:
 
 def parse_lock(text: str) -> tuple[str, list[LockEntry]]:
     """The lock's opening comment and its ``name==version`` entries."""
-    header: list[str] = []
-    blocks: list[list[str]] = []
-    for line in text.splitlines():
-        if re.match(r"^[A-Za-z0-9]", line):
-            blocks.append([line])
-        elif blocks:
-            blocks[-1].append(line)
-        else:
-            header.append(line)
-    entries = []
-    for block in blocks:
-        spec = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", block[0])
-        if spec is None:
-            raise RehearsalError(f"lock line is not name==version: {block[0]!r}")
-        hashes = frozenset(re.findall(r"--hash=sha256:([0-9a-f]{64})", "\n".join(block)))
-        entries.append(LockEntry(spec.group(1), spec.group(2), hashes, "\n".join(block)))
-    return "\n".join(header), entries
+    try:
+        header, entries = install_lock.parse(text)
+    except install_lock.LockFormatError as exc:
+        raise RehearsalError(f"lock: {exc}") from exc
+    return header, entries
 
 
 def root_tags(python: str = ROOT_PYTHON) -> frozenset[Tag]:

@@ -4,16 +4,15 @@ for real in a root file system with the NGC bases' traits)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
+from deploybench.locks import lock_format
 from tests.conftest import REPO
 
-spec = importlib.util.spec_from_file_location("install_lock", REPO / "envs" / "install_lock.py")
-assert spec and spec.loader
-install_lock = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(install_lock)
+install_lock = lock_format()  # envs/install_lock.py, as deploybench.locks reads locks with it
 
 
 def test_every_entry_of_every_lock_is_read_with_its_hashes():
@@ -60,3 +59,27 @@ def test_packages_installed_without_record_are_installed_beside(tmp_path, monkey
     for command in (first, second):
         assert {"--no-deps", "--require-hashes", "--break-system-packages"} <= set(command)
         assert command[command.index("--no-binary") + 1] == "six"
+
+
+def test_the_lock_format_is_read_once_for_all_its_readers():
+    """install_lock.parse: the header, each entry verbatim (what the rehearsal cuts), its
+    hashes and pip's view of it (what install_lock installs, what deploybench.locks counts)."""
+    text = (
+        "# header\n#   more\nfoo_bar==1.0 \\\n    --hash=sha256:ab \\\n    --hash=sha256:cd\n"
+        "    # via x\n\nsix==1.17.0 \\\n    --hash=sha256:ef\n"
+    )
+    header, (foo, six) = install_lock.parse(text)
+    assert header == "# header\n#   more"
+    assert (foo.name, foo.key, foo.version, foo.hashes) == (
+        "foo_bar",
+        "foo-bar",
+        "1.0",
+        ("ab", "cd"),
+    )
+    assert (
+        foo.text == "foo_bar==1.0 \\\n    --hash=sha256:ab \\\n    --hash=sha256:cd\n    # via x\n"
+    )
+    assert foo.requirement == "foo_bar==1.0 \\\n    --hash=sha256:ab \\\n    --hash=sha256:cd\n"
+    assert (six.key, six.version, six.hashes) == ("six", "1.17.0", ("ef",))
+    with pytest.raises(install_lock.LockFormatError, match="'onnx>=1.14' is not pinned with =="):
+        install_lock.parse("onnx>=1.14 ; python_version > '3' \\\n    --hash=sha256:00\n")
