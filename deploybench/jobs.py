@@ -596,32 +596,23 @@ def merge_parts(
 def plots(
     spec: PlotsSpec, *, offline: str, online: str, published: str, config: dict[str, Any]
 ) -> None:
-    """The charts of one run: ``spec["stems"]`` maps a chart name to its file stem."""
-    import altair as alt
+    """The charts of one run: ``spec["stems"]`` maps a chart name to its file stem; each is
+    drawn by the function ``plots.run_chart`` registered for it."""
     import pandas as pd
 
     from . import plots as charts
-    from .chart_names import RunChart
     from .report import no_published_reason, published_rows, reference_rows
 
-    offline_rows, online_rows = pd.read_csv(offline), pd.read_csv(online)
     table, run_path = pd.read_csv(published), spec["run_path"]
-    own = published_rows(config, table, run_path)
-    # Nothing published for the run (a CPU run): the seed page's GPU rows beside it instead.
-    reference = reference_rows(config, table, run_path)
-    reason = no_published_reason(config, run_path)
-    built: dict[str, alt.TopLevelMixin] = {
-        RunChart.OFFLINE_THROUGHPUT: charts.offline_throughput(offline_rows),
-        RunChart.OFFLINE_LATENCY: charts.offline_latency(offline_rows),
-        RunChart.ONLINE_LATENCY_BREAKDOWN: charts.online_latency_breakdown(online_rows),
-        RunChart.ONLINE_THROUGHPUT_LATENCY: charts.online_throughput_latency(online_rows),
-        RunChart.PUBLISHED_OFFLINE: charts.published_chart(
-            offline_rows, own, reference, "offline", reason
-        ),
-        RunChart.PUBLISHED_ONLINE: charts.published_chart(
-            online_rows, own, reference, "online", reason
-        ),
-    }
+    inputs = charts.ChartInputs(
+        offline=pd.read_csv(offline),
+        online=pd.read_csv(online),
+        published=published_rows(config, table, run_path),
+        # Nothing published for the run (a CPU run): the seed page's GPU rows beside it instead.
+        reference=reference_rows(config, table, run_path),
+        no_published_reason=no_published_reason(config, run_path),
+    )
+    built = charts.draw_run_charts(inputs)
     options = spec["options"]
     for name, stem in spec["stems"].items():
         # sized: a faceted chart (several configurations) takes the size per cell.

@@ -16,32 +16,41 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 import altair as alt
-import numpy as np
 import pandas as pd
 
+from .chart_kit import (  # noqa: F401 - CONFIG, SOURCE, UNSTABLE_COLOR, save, sized: plots' too
+    BATCH_TITLE,
+    CI_TITLE,
+    CONCURRENCY_TITLE,
+    CONFIG,
+    LATENCY_TITLE,
+    SOURCE,
+    THROUGHPUT_TITLE,
+    UNSTABLE,
+    UNSTABLE_COLOR,
+    VARIANT_COLUMNS,
+    config_color,
+    error_bars,
+    layered,
+    models_title,
+    prepare,
+    said,
+    save,
+    series_chart,
+    sized,
+    unstable_flags,
+    unstable_marks,
+    variant_suffix,
+)
+from .chart_names import RunChart
 from .columns import INTERVAL_COLUMNS, chart_labels
 from .errors import ConfigError, ResultsError
-from .io import atomic_path
 from .search import MEASURED
-
-CONFIG_FIELDS = ("gpu", "format", "precision")
-CONFIG = "configuration"
-SOURCE = "source"
-# True on the rows whose `stable` column says False; rows without a verdict are not marked.
-UNSTABLE = "unstable"
-UNSTABLE_LABEL = "unstable (see CSV)"
-UNSTABLE_COLOR = "#d62728"
-
-THROUGHPUT_TITLE = "Throughput [infer/sec]"
-LATENCY_TITLE = "Latency [ms]"
-BATCH_TITLE = "Batch size"
-CONCURRENCY_TITLE = "Concurrent client requests"
-CI_TITLE = "± 95 % CI"
 
 # Latency quantiles of the offline graphs, drawn as one dash style each.
 QUANTILES = chart_labels("quantile")
@@ -53,8 +62,6 @@ COMPONENTS = chart_labels("component")
 BREAKDOWN_TOTAL = "avg_latency_ms"
 BREAKDOWN_ERROR_LABEL = "avg latency ± 95 % CI"
 SCENARIO_X = {"offline": "batch", "online": "concurrency"}
-# What tells apart published rows of one configuration (another accelerator, data set, ...).
-VARIANT_COLUMNS = ("accelerator", "dataset", "sequence_length")
 MEASURED_PANEL = "Measured (this run)"
 REFERENCE_PANEL = "Published (seed page), for reference"
 
@@ -80,10 +87,76 @@ FRONTIER_LABEL = "Pareto frontier"
 BUDGET_COLOR = "#7f7f7f"
 
 
+@dataclass(frozen=True)
+class ChartInputs:
+    """What a run's charts are drawn from: its scenarios' perf rows, the published rows it
+    reproduces (``report.published_rows``), the seed page's rows to show beside it where it has
+    none (``report.reference_rows``) and why it has none (``report.no_published_reason``)."""
+
+    offline: pd.DataFrame
+    online: pd.DataFrame
+    published: pd.DataFrame
+    reference: pd.DataFrame
+    no_published_reason: str | None = None
+
+    def rows(self, scenario: str) -> pd.DataFrame:
+        """The perf rows of ``scenario``."""
+        if scenario not in SCENARIO_X:
+            raise ValueError(f"unknown scenario {scenario!r}; valid: {sorted(SCENARIO_X)}")
+        return self.offline if scenario == "offline" else self.online
+
+
+DrawRunChart = Callable[[ChartInputs], alt.TopLevelMixin]
+# Each of the run's charts (chart_names.RunChart) → the function drawing it, in the order they
+# are defined below (@run_chart); every RunChart has one (checked at import: check_run_charts).
+RUN_CHART_DRAWERS: dict[RunChart, DrawRunChart] = {}
+ChartFunction = TypeVar("ChartFunction", bound=Callable[..., alt.TopLevelMixin])
+
+
+def run_chart(
+    name: RunChart | str, scenario: str | None = None
+) -> Callable[[ChartFunction], ChartFunction]:
+    """Register the decorated function as the one drawing the run's chart ``name``: with
+    ``scenario`` a function of that scenario's rows (``offline_throughput(rows)``), without one
+    a function of the run's :class:`ChartInputs`. The function itself is left as it is."""
+    try:
+        chart = RunChart(name)
+    except ValueError:
+        names = [c.value for c in RunChart]
+        raise ValueError(f"unknown run chart {name!r}; valid: {names}") from None
+    if scenario is not None and scenario not in SCENARIO_X:
+        raise ValueError(f"unknown scenario {scenario!r}; valid: {sorted(SCENARIO_X)}")
+
+    def register(function: ChartFunction) -> ChartFunction:
+        if chart in RUN_CHART_DRAWERS:
+            raise ValueError(f"run chart {chart.value!r} has a function drawing it already")
+        if scenario is None:
+            RUN_CHART_DRAWERS[chart] = function
+        else:
+            RUN_CHART_DRAWERS[chart] = lambda inputs: function(inputs.rows(scenario))
+        return function
+
+    return register
+
+
+def check_run_charts() -> None:
+    """A clear error where a run chart has no function drawing it (:func:`run_chart`)."""
+    missing = [c.value for c in RunChart if c not in RUN_CHART_DRAWERS]
+    if missing:
+        raise RuntimeError(f"run charts without a function drawing them (@run_chart): {missing}")
+
+
+def draw_run_charts(inputs: ChartInputs) -> dict[str, alt.TopLevelMixin]:
+    """Every chart of a run, by name."""
+    check_run_charts()
+    return {chart.value: draw(inputs) for chart, draw in RUN_CHART_DRAWERS.items()}
+
+
+@run_chart(RunChart.OFFLINE_THROUGHPUT, "offline")
 def offline_throughput(rows: pd.DataFrame) -> alt.LayerChart:
     """Throughput vs batch size, one line per configuration."""
-    data = _prepare(rows, "offline", ["batch", "throughput"])
-    return _series_chart(
+    data = prepare(rows, "offline", ["batch", "throughput"])
+    return series_chart(
         data,
         x=("batch", BATCH_TITLE),
         y=("throughput", THROUGHPUT_TITLE),
@@ -92,13 +165,14 @@ def offline_throughput(rows: pd.DataFrame) -> alt.LayerChart:
     )
 
 
+@run_chart(RunChart.OFFLINE_LATENCY, "offline")
 def offline_latency(rows: pd.DataFrame) -> alt.LayerChart:
     """Latency quantiles vs batch size: color = configuration, dash = quantile.
 
     One row per (configuration, batch, quantile), the quantile's interval beside it; a missing
     (NaN) quantile is no row, so it leaves its own line only.
     """
-    data = _prepare(rows, "offline", ["batch"], optional=list(QUANTILES))
+    data = prepare(rows, "offline", ["batch"], optional=list(QUANTILES))
     labels = list(QUANTILES.values())
     ids = [c for c in ("model", CONFIG, "batch", UNSTABLE) if c in data.columns]
     long = pd.concat(
@@ -127,7 +201,7 @@ def offline_latency(rows: pd.DataFrame) -> alt.LayerChart:
         .encode(
             x=x,
             y=y,
-            color=_color(long),
+            color=config_color(long),
             strokeDash=alt.StrokeDash(
                 "quantile:N",
                 title="Quantile",
@@ -150,13 +224,18 @@ def offline_latency(rows: pd.DataFrame) -> alt.LayerChart:
     points = (
         alt.Chart()
         .mark_point(filled=True, opacity=1)
-        .encode(x=x, y=y, color=_color(long), detail="quantile:N", tooltip=tooltip)
+        .encode(x=x, y=y, color=config_color(long), detail="quantile:N", tooltip=tooltip)
     )
-    layers = [line, points, *_error_bars(long, x, y, y_error="latency_ci95", color=_color(long))]
-    layers += _unstable_marks(long, x, y)
-    return _layer(layers, long, _title("Latency vs Batch Size", data)).interactive()
+    layers = [
+        line,
+        points,
+        *error_bars(long, x, y, y_error="latency_ci95", color=config_color(long)),
+    ]
+    layers += unstable_marks(long, x, y)
+    return layered(layers, long, models_title("Latency vs Batch Size", data)).interactive()
 
 
+@run_chart(RunChart.ONLINE_LATENCY_BREAKDOWN, "online")
 def online_latency_breakdown(rows: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Stacked latency components per concurrency; one column per configuration when several.
 
@@ -164,7 +243,7 @@ def online_latency_breakdown(rows: pd.DataFrame) -> alt.LayerChart | alt.FacetCh
     latency (about their sum) ± its 95 % interval.
     """
     optional = [*COMPONENTS, BREAKDOWN_TOTAL]
-    data = _prepare(rows, "online", ["concurrency"], optional=optional)
+    data = prepare(rows, "online", ["concurrency"], optional=optional)
     # Folded in the spec, not in pandas: the bars, the error bars and the unstable marks share
     # one dataset, which a facet over the configurations needs.
     data = data.rename(columns=COMPONENTS)
@@ -193,7 +272,7 @@ def online_latency_breakdown(rows: pd.DataFrame) -> alt.LayerChart | alt.FacetCh
         )
     )
     total = alt.Y(f"{BREAKDOWN_TOTAL}:Q", title=LATENCY_TITLE)
-    error = _error_bars(
+    error = error_bars(
         data,
         x,
         total,
@@ -201,19 +280,20 @@ def online_latency_breakdown(rows: pd.DataFrame) -> alt.LayerChart | alt.FacetCh
         # Its own legend entry says what the bar is: not an interval of the stack's parts.
         legend=BREAKDOWN_ERROR_LABEL,
     )
-    layers = [bars, *error, *_unstable_marks(data, x, total)]
-    title = _title("Latency breakdown vs Concurrency", data)
+    layers = [bars, *error, *unstable_marks(data, x, total)]
+    title = models_title("Latency breakdown vs Concurrency", data)
     if data[CONFIG].nunique() > 1:
         return alt.layer(*layers, data=data).facet(
             column=alt.Column(f"{CONFIG}:N", title="Configuration"), title=title
         )
-    return _layer(layers, data, title)
+    return layered(layers, data, title)
 
 
+@run_chart(RunChart.ONLINE_THROUGHPUT_LATENCY, "online")
 def online_throughput_latency(rows: pd.DataFrame) -> alt.LayerChart:
     """Throughput vs p99 latency, one line per configuration following the concurrency sweep."""
-    data = _prepare(rows, "online", ["concurrency", "throughput", "p99_latency_ms"])
-    return _series_chart(
+    data = prepare(rows, "online", ["concurrency", "throughput", "p99_latency_ms"])
+    return series_chart(
         data,
         x=("p99_latency_ms", "p99 " + LATENCY_TITLE),
         y=("throughput", THROUGHPUT_TITLE),
@@ -245,14 +325,14 @@ def published_overlay(
         raise ValueError(f"unknown scenario {scenario!r}; valid: {sorted(SCENARIO_X)}")
     x = SCENARIO_X[scenario]
     needed = [x, "throughput"]
-    ours = _prepare(measured, scenario, needed)
+    ours = prepare(measured, scenario, needed)
     ours[SOURCE] = "measured"
     ours["series"] = "measured " + ours[CONFIG]
-    theirs = _prepare(published, scenario, needed, check_model=False)
+    theirs = prepare(published, scenario, needed, check_model=False)
     if "model" in ours and "model" in theirs:
         theirs = theirs[theirs["model"].isin(ours["model"].unique())]
     theirs = theirs.assign(
-        **{SOURCE: "published", "series": "published " + theirs[CONFIG] + _variant(theirs)}
+        **{SOURCE: "published", "series": "published " + theirs[CONFIG] + variant_suffix(theirs)}
     )
     data = pd.concat([ours, theirs], ignore_index=True)
     x_title = BATCH_TITLE if scenario == "offline" else CONCURRENCY_TITLE
@@ -266,7 +346,7 @@ def published_overlay(
         .encode(
             x=x_enc,
             y=y_enc,
-            color=_color(data),
+            color=config_color(data),
             shape=alt.Shape(f"{SOURCE}:N", title="Source", scale=alt.Scale(domain=sources)),
             strokeDash=alt.StrokeDash(
                 f"{SOURCE}:N", title="Source", scale=alt.Scale(domain=sources)
@@ -281,12 +361,12 @@ def published_overlay(
             ],
         )
     )
-    error = _error_bars(
-        data, x_enc, y_enc, y_error=INTERVAL_COLUMNS["throughput"], color=_color(data)
+    error = error_bars(
+        data, x_enc, y_enc, y_error=INTERVAL_COLUMNS["throughput"], color=config_color(data)
     )
-    layers = [line, *error, *_unstable_marks(data, x_enc, y_enc)]
-    title = _title(f"Throughput vs {x_name}: measured and published", ours)
-    return _layer(layers, data, title).interactive()
+    layers = [line, *error, *unstable_marks(data, x_enc, y_enc)]
+    title = models_title(f"Throughput vs {x_name}: measured and published", ours)
+    return layered(layers, data, title).interactive()
 
 
 def published_reference(
@@ -309,10 +389,10 @@ def published_reference(
         raise ValueError(f"unknown scenario {scenario!r}; valid: {sorted(SCENARIO_X)}")
     x = SCENARIO_X[scenario]
     needed = [x, "throughput"]
-    ours = _prepare(measured, scenario, needed)
-    theirs = _prepare(reference, scenario, needed, check_model=False)
+    ours = prepare(measured, scenario, needed)
+    theirs = prepare(reference, scenario, needed, check_model=False)
     varying = [c for c in VARIANT_COLUMNS if c in theirs and theirs[c].nunique() > 1]
-    theirs[CONFIG] = theirs[CONFIG] + _variant(theirs, varying)
+    theirs[CONFIG] = theirs[CONFIG] + variant_suffix(theirs, varying)
     x_title = BATCH_TITLE if scenario == "offline" else CONCURRENCY_TITLE
     x_name = "Batch Size" if scenario == "offline" else "Concurrency"
     models = sorted(ours["model"].unique()) if "model" in ours.columns else []
@@ -333,13 +413,13 @@ def published_reference(
     )
     configurations = [*sorted(ours[CONFIG].unique()), *sorted(theirs[CONFIG].unique())]
     panels = [
-        _series_chart(
+        series_chart(
             data,
             x=(x, x_title),
             y=("throughput", THROUGHPUT_TITLE),
             title=alt.TitleParams(panel, fontSize=12),
             order=x,
-            color=_color(data, configurations),
+            color=config_color(data, configurations),
             # its own: one parameter bound to both panels' scales would pan them together
             zoom=f"zoom_{source}",
         )
@@ -366,6 +446,28 @@ def published_chart(
     if published.empty:
         return published_reference(measured, reference, scenario, reason)
     return published_overlay(measured, published, scenario)
+
+
+@run_chart(RunChart.PUBLISHED_OFFLINE)
+def published_offline(inputs: ChartInputs) -> alt.TopLevelMixin:
+    """The run's offline points and the published ones (:func:`published_chart`)."""
+    return _published(inputs, "offline")
+
+
+@run_chart(RunChart.PUBLISHED_ONLINE)
+def published_online(inputs: ChartInputs) -> alt.TopLevelMixin:
+    """The run's online points and the published ones (:func:`published_chart`)."""
+    return _published(inputs, "online")
+
+
+def _published(inputs: ChartInputs, scenario: str) -> alt.TopLevelMixin:
+    return published_chart(
+        inputs.rows(scenario),
+        inputs.published,
+        inputs.reference,
+        scenario,
+        inputs.no_published_reason,
+    )
 
 
 def search_pareto(
@@ -401,8 +503,8 @@ def search_pareto(
     # From a CSV with gaps a bool column reads as strings: "True", "False", NaN.
     for column in SEARCH_FLAGS:
         if column in data.columns:
-            data[column] = _said(data[column], True)
-    data[UNSTABLE] = _unstable(points)
+            data[column] = said(data[column], True)
+    data[UNSTABLE] = unstable_flags(points)
     data["variant"] = data["variant"].astype(str)
     data = data.dropna(subset=["throughput", "p99_latency_ms"]).reset_index(drop=True)
 
@@ -445,7 +547,7 @@ def search_pareto(
         over = alt.when(alt.FieldEqualPredicate(field="in_budget", equal=True))
         dots = dots.encode(opacity=over.then(alt.value(1.0)).otherwise(alt.value(0.35)))
     dots = dots.encode(x=x, y=y, color=color, tooltip=tooltip)
-    error = _error_bars(
+    error = error_bars(
         data,
         x,
         y,
@@ -490,7 +592,7 @@ def search_pareto(
         for role in marked
     ]
     layers = [sweep, dots, *error, frontier, *outlines]
-    layers += _unstable_marks(data, x, y, series="variant")
+    layers += unstable_marks(data, x, y, series="variant")
     if budget_ms is not None:
         label = f"p99 budget {budget_ms:g} ms"
         # Its own one-row data, under the points' field name: the rule shares their x scale
@@ -504,274 +606,7 @@ def search_pareto(
             ).encode(x=x, y=alt.value(alt.ExprRef("height")), text="budget_label:N"),
         ]
     title = alt.TitleParams(SEARCH_TITLE, subtitle=subtitle or alt.Undefined)
-    return _layer(layers, data, title).interactive()
+    return layered(layers, data, title).interactive()
 
 
-def sized(chart: alt.TopLevelMixin, width: int, height: int) -> alt.TopLevelMixin:
-    """``chart`` drawn ``width`` x ``height`` px; a faceted chart's cells and a concatenated
-    chart's panels are that size each."""
-    if isinstance(chart, alt.HConcatChart):
-        # Nor has a concatenation: its panels do.
-        panels = chart.copy(deep=True)
-        panels.hconcat = [panel.properties(width=width, height=height) for panel in panels.hconcat]
-        return panels
-    if isinstance(chart, alt.FacetChart):
-        # A facet has no size of its own (Vega-Lite rejects one): its cells do.
-        cells = chart.copy(deep=True)
-        cells.spec.width, cells.spec.height = width, height
-        return cells
-    return chart.properties(width=width, height=height)
-
-
-def save(chart: alt.TopLevelMixin, stem: Path, inline_html: bool = True) -> list[Path]:
-    """Write ``stem.svg``, ``stem.png`` and ``stem.html``; return their paths.
-
-    The HTML page carries its JavaScript (~0.9 MB: Vega, Vega-Lite and vega-embed, the bundle
-    vl-convert ships, which Altair's ``inline=True`` writes into the page), so it opens offline
-    and loads nothing (tests/test_browser.py opens them in Chromium). ``inline_html`` false
-    loads them from a CDN instead: a few kB, but blank without the network; for tests only.
-    """
-    paths = []
-    for suffix, write in (
-        ("svg", lambda tmp: chart.save(tmp, format="svg")),
-        # scale 2: the PNG stays sharp on high-DPI screens and in slides.
-        ("png", lambda tmp: chart.save(tmp, format="png", scale_factor=2)),
-        ("html", lambda tmp: chart.save(tmp, format="html", inline=inline_html)),
-    ):
-        path = Path(f"{stem}.{suffix}")
-        with atomic_path(path) as tmp:
-            write(tmp)
-        paths.append(path)
-    return paths
-
-
-def _prepare(
-    rows: pd.DataFrame,
-    scenario: str,
-    needed: Sequence[str],
-    optional: Sequence[str] = (),
-    check_model: bool = True,
-) -> pd.DataFrame:
-    """The rows of ``scenario`` with a configuration label, numeric values, none lacking ``needed``.
-
-    Only the columns a chart uses travel into its spec (the HTML page carries the data): those,
-    the intervals of the values that have one (NaN where the rows lack them: one trial, older
-    CSVs, published tables) and ``UNSTABLE``.
-    """
-    missing = [c for c in (*CONFIG_FIELDS, *needed, *optional) if c not in rows.columns]
-    if missing:
-        raise ValueError(f"perf rows lack columns {missing}; have {sorted(map(str, rows.columns))}")
-    data = rows
-    if "scenario" in data.columns:
-        data = data[data["scenario"] == scenario]
-    values = [*needed, *optional]
-    intervals = [INTERVAL_COLUMNS[c] for c in values if c in INTERVAL_COLUMNS]
-    keep = [c for c in ("model", *CONFIG_FIELDS) if c in data.columns]
-    keep += [c for c in values if c not in keep]
-    keep += [c for c in intervals if c in data.columns]
-    keep += [c for c in VARIANT_COLUMNS if c in data.columns]
-    unstable = _unstable(data)
-    data = data[keep].copy()
-    for column in (*values, *intervals):
-        data[column] = pd.to_numeric(data.get(column, float("nan")), errors="coerce")
-    data[UNSTABLE] = unstable
-    data = data.dropna(subset=list(needed))
-    # Plain string concatenation: works on an empty frame too (agg/apply would not).
-    label = data[CONFIG_FIELDS[0]].astype(str)
-    for field in CONFIG_FIELDS[1:]:
-        label = label + "/" + data[field].astype(str)
-    data[CONFIG] = label
-    if check_model and "model" in data.columns and data["model"].nunique() > 1:
-        raise ValueError(
-            f"rows hold several models {sorted(data['model'].unique())}; chart one model at a time"
-        )
-    return data.sort_values([CONFIG, *needed]).reset_index(drop=True)
-
-
-def _unstable(rows: pd.DataFrame) -> pd.Series:
-    """Whether each row's ``stable`` says False: a bool, or the string pandas reads from a CSV
-    whose column also has gaps. Missing (published rows, older CSVs) or empty: not marked."""
-    if "stable" not in rows.columns:
-        return pd.Series(False, index=rows.index, dtype=bool)
-    return _said(rows["stable"], False)
-
-
-def _said(column: pd.Series, expected: bool) -> pd.Series:
-    """Whether each value is ``expected``: a bool, or the string pandas reads from a CSV whose
-    column also has gaps ("True", "False"). Missing or empty: False."""
-
-    def said(value: object) -> bool:
-        if isinstance(value, str):
-            return value.strip().lower() == str(expected).lower()
-        # NaN (no verdict) is neither; numpy's bool_ is no bool.
-        return isinstance(value, bool | np.bool_) and bool(value) == expected
-
-    return column.map(said).astype(bool)
-
-
-def _series_chart(
-    data: pd.DataFrame,
-    x: tuple[str, str],
-    y: tuple[str, str],
-    title: str | alt.TitleParams,
-    order: str,
-    color: alt.Color | None = None,
-    zoom: str | None = None,
-) -> alt.LayerChart:
-    """Line + points, one series per configuration, joined in ``order``; x, y: (field, title).
-
-    Error bars on each axis whose value has an interval, and the unstable points circled.
-    ``title``: a text (the models its subtitle) or the whole title; ``color``: the
-    configuration's color when not its own (a scale shared with another panel); ``zoom``: the
-    name of its pan-and-zoom parameter, for panels each zoomed on its own.
-    """
-    color = color or _color(data)
-    fields = dict.fromkeys([CONFIG, order, x[0], y[0]])
-    tooltip: list[str | alt.Tooltip] = [f"{f}:N" if f == CONFIG else f"{f}:Q" for f in fields]
-    tooltip += [
-        alt.Tooltip(f"{INTERVAL_COLUMNS[f]}:Q", title=f"{f} {CI_TITLE}")
-        for f in (x[0], y[0])
-        if f in INTERVAL_COLUMNS
-    ]
-    x_enc = alt.X(f"{x[0]}:Q", title=x[1])
-    y_enc = alt.Y(f"{y[0]}:Q", title=y[1])
-    line = (
-        alt.Chart()
-        .mark_line(point=True)
-        .encode(
-            x=x_enc,
-            y=y_enc,
-            color=color,
-            order=alt.Order(f"{order}:Q"),
-            tooltip=tooltip,
-        )
-    )
-    error = _error_bars(
-        data,
-        x_enc,
-        y_enc,
-        x_error=INTERVAL_COLUMNS.get(x[0]),
-        y_error=INTERVAL_COLUMNS.get(y[0]),
-        color=color,
-    )
-    layers = [line, *error, *_unstable_marks(data, x_enc, y_enc)]
-    if isinstance(title, str):
-        title = _title(title, data)
-    return _layer(layers, data, title).interactive(name=zoom)
-
-
-def _error_bars(
-    data: pd.DataFrame,
-    x: alt.X,
-    y: alt.Y,
-    x_error: str | None = None,
-    y_error: str | None = None,
-    legend: str | None = None,
-    **encoding: Any,
-) -> list[alt.Chart]:
-    """One error-bar layer per axis whose half-width column holds a value in ``data``; with
-    ``legend``, a legend entry of that label for them.
-
-    Rows without a half-width (one trial, published rows, older CSVs) or without the value it
-    is around get no bar: they are filtered out, not drawn as zero-width or stray bars.
-    """
-    layers = []
-    for channel, field, axis in (("xError", x_error, x), ("yError", y_error, y)):
-        center = cast(dict[str, Any], axis.to_dict())["field"]
-        if field is None or not data.get(field, pd.Series()).notna().any():
-            continue
-        chart = alt.Chart()
-        for valid in (center, field):
-            chart = chart.transform_filter(alt.FieldValidPredicate(field=valid, valid=True))
-        if legend is not None:
-            chart = chart.transform_calculate(interval_label=json.dumps(legend))
-            encoding["strokeDash"] = alt.StrokeDash(
-                "interval_label:N",
-                scale=alt.Scale(domain=[legend], range=[[1, 0]]),
-                legend=alt.Legend(title=None, symbolType="stroke", symbolStrokeColor="black"),
-            )
-        layers.append(
-            # Unfilled ticks: filled ones turn a legend's stroke symbol transparent. Black where
-            # no color is encoded (the breakdown's colors are its components').
-            chart.mark_errorbar(ticks=alt.TickConfig(filled=False, size=10), color="black").encode(
-                x=x, y=y, **{channel: f"{field}:Q"}, **encoding
-            )
-        )
-    return layers
-
-
-def _unstable_marks(
-    data: pd.DataFrame, x: alt.X, y: alt.Y, series: str = CONFIG
-) -> list[alt.Chart]:
-    """A red hollow circle over each unstable point, with a legend entry; none if all are
-    stable. ``series``: the field naming a point's series, for the tooltip."""
-    if not data[UNSTABLE].any():
-        return []
-    return [
-        alt.Chart()
-        .transform_filter(alt.FieldEqualPredicate(field=UNSTABLE, equal=True))
-        .transform_calculate(unstable_label=json.dumps(UNSTABLE_LABEL))
-        .mark_point(shape="circle", filled=False, opacity=1, size=200, strokeWidth=2)
-        .encode(
-            x=x,
-            y=y,
-            # The stroke channel, which no other layer uses, so its legend stays its own; a
-            # constant field, not a datum: Vega-Lite gives a datum no scale or legend.
-            stroke=alt.Stroke(
-                "unstable_label:N",
-                scale=alt.Scale(domain=[UNSTABLE_LABEL], range=[UNSTABLE_COLOR]),
-                legend=alt.Legend(title=None, symbolType="circle"),
-            ),
-            tooltip=[
-                alt.Tooltip(f"{series}:N"),
-                alt.Tooltip(x.shorthand),
-                alt.Tooltip(y.shorthand),
-                alt.Tooltip("unstable_label:N", title="stable"),
-            ],
-        )
-    ]
-
-
-def _layer(
-    layers: Sequence[alt.Chart], data: pd.DataFrame, title: alt.TitleParams
-) -> alt.LayerChart:
-    """The layers over one shared dataset (the HTML page carries it once)."""
-    return alt.LayerChart(layer=list(layers), data=data, title=title)
-
-
-def _color(data: pd.DataFrame, configurations: Sequence[str] | None = None) -> alt.Color:
-    """The configuration's color: ``data``'s configurations, or all of ``configurations`` in
-    that order (one scale for panels of different data: the same domain in each)."""
-    domain = list(configurations) if configurations else alt.Undefined
-    configurations = list(configurations or sorted(data[CONFIG].unique()))
-    # The default palette repeats after 10 colors; the published overlays can hold more.
-    return alt.Color(
-        f"{CONFIG}:N",
-        title="Configuration",
-        sort=configurations,
-        scale=alt.Scale(
-            scheme="tableau10" if len(configurations) <= 10 else "tableau20", domain=domain
-        ),
-    )
-
-
-def _variant(rows: pd.DataFrame, columns: Sequence[str] = VARIANT_COLUMNS) -> pd.Series:
-    """Per published row, the suffix telling apart variants of one configuration (another
-    accelerator, data set or sequence length): " trt", " electricity 128" or ""."""
-    variant = pd.Series("", index=rows.index, dtype=str)
-    for column in columns:
-        if column in rows:
-            variant += rows[column].map(_label)
-    return variant
-
-
-def _label(value: object) -> str:
-    """A published variant's value as a label suffix: nothing when empty, 128 not 128.0."""
-    if pd.isna(value):
-        return ""
-    return f" {value:g}" if isinstance(value, float) else f" {value}"
-
-
-def _title(text: str, data: pd.DataFrame) -> alt.TitleParams:
-    models = sorted(data["model"].unique()) if "model" in data.columns else []
-    return alt.TitleParams(text, subtitle=", ".join(map(str, models)) or alt.Undefined)
+check_run_charts()
