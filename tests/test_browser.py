@@ -1,4 +1,5 @@
-"""The report pages and charts as people read them: opened in headless Chromium (tests/browser.py).
+"""The report pages and charts as people read them: opened in headless Chromium, driven by
+Playwright (tests/browser.py).
 
 Every page must open with no console error, no uncaught exception and no failed load, and every
 chart must draw: vega-embed's SVG with data marks in it, or a canvas. The chart pages carry
