@@ -9,7 +9,8 @@ from enum import Enum
 
 
 class RunChart(str, Enum):  # not StrEnum (3.11): jobs run on the V100 images' Python 3.10
-    """One run's charts (``<run>/plots/<name>.{svg,png,html}``), drawn by ``plots``."""
+    """One run's charts (``<run>/plots/<name>.{svg,png,html}``), each drawn by the function
+    registered for it in ``deploybench.plots`` (``@run_chart``; checked when it is imported)."""
 
     OFFLINE_THROUGHPUT = "offline_throughput"
     OFFLINE_LATENCY = "offline_latency"

@@ -598,6 +598,7 @@ def plots(
 ) -> None:
     """The charts of one run: ``spec["stems"]`` maps a chart name to its file stem; each is
     drawn by the function ``plots.run_chart`` registered for it."""
+    import altair as alt  # the charts' (named here: the driver image must hold it)
     import pandas as pd
 
     from . import plots as charts
@@ -612,7 +613,7 @@ def plots(
         reference=reference_rows(config, table, run_path),
         no_published_reason=no_published_reason(config, run_path),
     )
-    built = charts.draw_run_charts(inputs)
+    built: dict[str, alt.TopLevelMixin] = charts.draw_run_charts(inputs)
     options = spec["options"]
     for name, stem in spec["stems"].items():
         # sized: a faceted chart (several configurations) takes the size per cell.

@@ -9,6 +9,10 @@ and the points whose measurement was not stable are circled in red. ``save`` wri
 (via vl-convert, no browser needed) and an interactive, self-contained HTML page. A run nothing
 was published for (a CPU run) has its published charts draw the seed page's rows of its model
 and format beside it, in a panel with axes of its own (``published_reference``).
+
+Each of a run's charts (``chart_names.RunChart``) is drawn by the function registered for it
+with ``@run_chart`` beside its definition; ``jobs.plots`` draws them all from one
+:class:`ChartInputs`. The pieces the charts share are in :mod:`deploybench.chart_kit`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 For each run: a configuration table, its plots, the full result tables and its provenance;
 then a summary of our points against the published ones (ratio per point) and of the runs
 against each other. Values measured over several trials show their 95 % interval in the same
-cell ("123.4 ± 5.6"). Written as Markdown and rendered to HTML beside it.
+cell ("123.4 ± 5.6"). Written as Markdown and rendered to HTML beside it. The tables' columns
+and headings are the perf columns' (``columns.TABLE_LABELS``, ``columns.INTERVAL_COLUMNS``).
+
+Over 600 lines: one page's sections, which share its table and interval formatting.
 """
 
 from __future__ import annotations
