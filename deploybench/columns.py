@@ -161,6 +161,9 @@ DEFINED: tuple[Column, ...] = (
     _perf("p99_latency_ms", "quantile", "p99 latency", "p99 latency (ms)", "p99",
           summary=SummaryCell("p99 ms", 8)),
     _perf("avg_latency_ms", "quantile", "Avg latency", "avg latency (ms)", "avg"),
+    # A new measured value goes here, e.g. energy per inference from NVML: Column(
+    # "energy_per_inference_j", "metric", source="nvml", key=..., aggregate="mean",
+    # interval=True, table_label=...), with the collector of "nvml" (deploybench.collectors).
     # (the 95 % half-widths of throughput and each quantile stand here; empty with one trial)
     Column("trials", "measurement", kind="int", aggregate="count", in_trials=False,
            table_label="Trials"),

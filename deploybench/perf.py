@@ -40,7 +40,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -516,7 +516,7 @@ def unstable_reason(
 def summarize(
     trial_rows: list[dict[str, Any]],
     max_ci_pct: float,
-    columns: tuple[Column, ...] = PERF_COLUMNS,
+    columns: Sequence[Column] = PERF_COLUMNS,
 ) -> list[dict[str, Any]]:
     """One row per point (in first-measured order) from its trials, every column combined as
     its :class:`Column`'s ``aggregate`` says: the mean of every measured value (its 95 %
