@@ -198,11 +198,9 @@ def measure_model(
 ) -> dict[str, Any]:
     """Everything this benchmark reports of one model (run in its own process)."""
     from deploybench.accuracy import compare_outputs, measure
-    from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
     from deploybench.convert import SERVED_TYPES, onnx_fp16
     from deploybench.errors import AccuracyError
-    from deploybench.export import export_model
-    from deploybench.models import load_family
+    from deploybench.export import prepare_model
     from deploybench.plan import CONVERSION_DEFAULTS, plan_export
     from deploybench.runtime import load_runner
 
@@ -217,7 +215,6 @@ def measure_model(
 
     plan = cpu_plan(config, model)
     identity = plan.export.model.identity
-    family = load_family(identity["module"], dict(identity["hparams"]))
     batch = int(batch_override or plan.accuracy["batch_size"])
     seed = int(plan.accuracy["seed"])
     plans = fp16_plans(config, model)
@@ -260,36 +257,18 @@ def measure_model(
         }
 
     # The checkpoint and the exports, as the workflow's jobs make them.
-    checkpoint_file = tmp / plan.export.model.checkpoint_file
-    origin = prepare_checkpoint(
-        family,
-        identity["checkpoint"],
-        int(identity["seed"]),
-        checkpoint_file,
-        ema=bool(identity["checkpoint_ema"]),
-    )
-    checkpoint = read_workflow_checkpoint(family, checkpoint_file)
+    prepared = prepare_model(identity, tmp / plan.export.model.checkpoint_file)
+    family, checkpoint = prepared.family, prepared.checkpoint
     lap("checkpoint")
     exports: dict[str, Path] = {}
 
     def exported(fmt: str) -> Path:
         if fmt not in exports:
             export_plan = plan_export(config, model, fmt, "fp32")
-            spec = export_plan.spec()
             source = exported(export_plan.source) if export_plan.source else None
             out = tmp / "export" / fmt / export_plan.artifact
             out.parent.mkdir(parents=True, exist_ok=True)
-            export_model(
-                family,
-                checkpoint,
-                fmt,
-                "fp32",
-                out,
-                opset=spec["opset"],
-                tolerance=spec["tolerance"],
-                check_batch=spec["check_batch"],
-                source=source,
-            )
+            prepared.export(export_plan.spec(), out, source)
             exports[fmt] = out
             lap(f"export {fmt}")
         return exports[fmt]
@@ -348,7 +327,7 @@ def measure_model(
                 in_subprocess(
                     torchscript_fp16_cpu,
                     plan.export.model.identity_spec(),
-                    checkpoint_file,
+                    prepared.checkpoint_file,
                     entry["export"],
                     out,
                 )
@@ -404,7 +383,7 @@ def measure_model(
         "model": model,
         "batch": batch,
         "seed": seed,
-        "origin": origin,
+        "origin": prepared.origin,
         "tolerance": tolerance,
         "gpu_only": gpu_only,
         "artifacts": results,

@@ -11,7 +11,7 @@ import copy
 import importlib
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from .accuracy import compare_outputs
 from .convert import fp16_feeds
 from .io import atomic_path
-from .models import Family
+from .models import Family, load_family
 from .progress import say
 from .runtime import load_runner
 
@@ -216,3 +216,51 @@ def verify_artifact(
     if failed:
         raise ValueError(f"exported {export_format} artifact differs from the framework: {failed}")
     return {"runtime": EXPORT_RUNTIME[export_format], "checks": rows}
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """A model as the workflow's jobs hold it: the checkpoint the ``prepare_checkpoint`` job
+    writes, read back as the export and convert jobs read it (for a benchmark or a test that
+    makes what the jobs make, in process)."""
+
+    family: Family
+    checkpoint: dict[str, Any]
+    checkpoint_file: Path
+    origin: str  # where the weights came from (``prepare_checkpoint``'s answer)
+
+    def export(
+        self, spec: Mapping[str, Any], out: str | Path, source: str | Path | None = None
+    ) -> dict[str, Any]:
+        """The export job's export to ``out``: ``spec`` is its spec (``ExportPlan.spec()``:
+        export_format, precision, opset, tolerance, check_batch); ``source``: the export it is
+        made from, if any. Returns the runtime check's report."""
+        return export_model(
+            self.family,
+            self.checkpoint,
+            spec["export_format"],
+            spec["precision"],
+            out,
+            opset=int(spec["opset"]),
+            tolerance=spec["tolerance"],
+            check_batch=int(spec["check_batch"]),
+            source=source,
+        )
+
+
+def prepare_model(identity: Mapping[str, Any], checkpoint_file: str | Path) -> PreparedModel:
+    """The model's checkpoint written to ``checkpoint_file`` as the ``prepare_checkpoint`` job
+    writes it, and read back. ``identity``: what a job spec names the model by (module, hparams,
+    checkpoint, checkpoint_ema, seed: ``ModelPlan.identity``)."""
+    from .checkpoint import prepare_checkpoint, read_workflow_checkpoint
+
+    family = load_family(identity["module"], dict(identity["hparams"]))
+    path = Path(checkpoint_file)
+    origin = prepare_checkpoint(
+        family,
+        identity.get("checkpoint"),
+        int(identity["seed"]),
+        path,
+        ema=bool(identity.get("checkpoint_ema")),
+    )
+    return PreparedModel(family, read_workflow_checkpoint(family, path), path, origin)

@@ -23,9 +23,8 @@ from tritonclient.grpc import model_config_pb2
 
 from deploybench import plan as dbplan
 from deploybench.accuracy import compare_outputs
-from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
 from deploybench.convert import SERVED_TYPES, torchscript_fp16
-from deploybench.export import export_model
+from deploybench.export import prepare_model
 from deploybench.models import load_family
 from tests.conftest import (
     base_config,
@@ -62,34 +61,14 @@ def made(request, tmp_path_factory) -> dict[str, Any]:
     model, fmt = request.param
     tmp = tmp_path_factory.mktemp(model)
     plan = dbplan.plan_run(SMOKE, model, "cpu", fmt, "fp32")
-    identity = plan.export.model.identity
-    family = load_family(identity["module"], dict(identity["hparams"]))
-    checkpoint_file = tmp / plan.export.model.checkpoint_file
-    prepare_checkpoint(
-        family,
-        identity["checkpoint"],
-        int(identity["seed"]),
-        checkpoint_file,
-        ema=bool(identity["checkpoint_ema"]),
-    )
-    checkpoint = read_workflow_checkpoint(family, checkpoint_file)
-    spec = plan.export.spec()
+    prepared = prepare_model(plan.export.model.identity, tmp / plan.export.model.checkpoint_file)
     export = tmp / plan.export.artifact
-    export_model(
-        family,
-        checkpoint,
-        fmt,
-        "fp32",
-        export,
-        opset=spec["opset"],
-        tolerance=spec["tolerance"],
-        check_batch=spec["check_batch"],
-    )
+    prepared.export(plan.export.spec(), export)
     return {
         "model": model,
         "format": fmt,
-        "family": family,
-        "checkpoint": checkpoint,
+        "family": prepared.family,
+        "checkpoint": prepared.checkpoint,
         "export": export,
         "plan": plan,
         "tmp": tmp,

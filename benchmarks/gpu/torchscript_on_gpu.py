@@ -9,9 +9,9 @@ framework and timed. No Triton server: a lent GPU machine has none (benchmarks/g
 Per model (config/config.yaml at the ``full`` sizing, seeded-random weights as the
 ``prepare_checkpoint`` job writes them with no configured checkpoint):
 
-* ``export``: ``export.export_model`` of the model's TorchScript format at fp32 on the CPU (with
-  its CPU runtime check); the device constants its graph holds (issue 27: a trace made on the
-  CPU that holds ``cpu`` fails on a GPU);
+* ``export``: the model's TorchScript format at fp32 on the CPU, as the export job makes it
+  (``export.prepare_model``, with its CPU runtime check); the device constants its graph
+  holds (issue 27: a trace made on the CPU that holds ``cpu`` fails on a GPU);
 * ``fp16``: ``convert.torchscript_fp16`` on ``cuda`` from the checkpoint's module;
 * each artifact loaded with ``map_location="cuda"`` and run on the accuracy step's inputs
   (``accuracy.batch_size``, ``seed``), compared by ``accuracy.compare_outputs`` with the fp32
@@ -155,26 +155,19 @@ def measure_model(config: dict[str, Any], model: str, gpu: str, args: Any, tmp: 
     import torch
 
     from deploybench.accuracy import compare_outputs
-    from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
     from deploybench.config import resolve
     from deploybench.convert import SERVED_TYPES, torchscript_fp16
-    from deploybench.export import export_model
-    from deploybench.models import CHECKPOINT_FILES, load_family
+    from deploybench.export import prepare_model
+    from deploybench.models import CHECKPOINT_FILES, framework_of
 
     fmt = next(f for f in config["models"][model]["formats"] if f.startswith("ts-"))
     runs = {p: resolve(config, model, gpu, fmt, p) for p in ("fp32", "fp16")}
     settings = runs["fp32"].settings
-    family = load_family(settings["module"], dict(settings["hparams"]))
-    checkpoint_file = tmp / CHECKPOINT_FILES[family.framework]
+    # the checkpoint and the fp32 export as the workflow's jobs make them
+    checkpoint_file = tmp / CHECKPOINT_FILES[framework_of(settings["module"])]
+    prepared = prepare_model(settings, checkpoint_file)
+    family, checkpoint = prepared.family, prepared.checkpoint
     device = args.device
-    prepare_checkpoint(
-        family,
-        settings.get("checkpoint"),
-        int(settings["seed"]),
-        checkpoint_file,
-        ema=bool(settings.get("checkpoint_ema", False)),
-    )
-    checkpoint = read_workflow_checkpoint(family, checkpoint_file)
     accuracy = settings["accuracy"]
     feeds = family.example_inputs(int(accuracy["batch_size"]), int(accuracy["seed"]))
     reference = family.framework_outputs(family.serving_module(checkpoint), feeds)
@@ -186,16 +179,14 @@ def measure_model(config: dict[str, Any], model: str, gpu: str, args: Any, tmp: 
     clock = time.monotonic()
     export = tmp / "model.pt"
     export_settings = settings["export"]
-    export_model(
-        family,
-        checkpoint,
-        fmt,
-        "fp32",
-        export,
-        opset=int(export_settings["onnx_opset"]),
-        tolerance=export_settings["tolerance"],
-        check_batch=int(export_settings.get("check_batch", 3)),
-    )
+    export_spec = {  # the export job's spec (ExportPlan.spec) of an unvalidated config
+        "export_format": fmt,
+        "precision": "fp32",
+        "opset": export_settings["onnx_opset"],
+        "tolerance": export_settings["tolerance"],
+        "check_batch": export_settings.get("check_batch", 3),  # the schema's default
+    }
+    prepared.export(export_spec, export)
     artifacts["fp32"] = (export, "cpu (export job)", time.monotonic() - clock)
     clock = time.monotonic()
     half = tmp / "model.fp16.pt"

@@ -103,12 +103,11 @@ def measure(args: argparse.Namespace, precision: str, tmp: Path) -> dict[str, An
     import torch
 
     from deploybench.accuracy import compare_outputs
-    from deploybench.checkpoint import prepare_checkpoint, read_workflow_checkpoint
     from deploybench.config import load_yaml, resolve
     from deploybench.convert import SERVED_TYPES, torchscript_fp16
-    from deploybench.export import export_model
+    from deploybench.export import prepare_model
     from deploybench.jobs import _server
-    from deploybench.models import CHECKPOINT_FILES, load_family
+    from deploybench.models import CHECKPOINT_FILES, framework_of
     from deploybench.plan import serving
     from deploybench.repository import build_repository, model_config
     from deploybench.triton_config import to_pbtxt
@@ -116,22 +115,21 @@ def measure(args: argparse.Namespace, precision: str, tmp: Path) -> dict[str, An
     config = load_yaml(REPO / "config" / "config.yaml")
     run = resolve(config, args.model, args.gpu, "ts-trace", precision)
     settings = run.settings
-    family = load_family(settings["module"], dict(settings["hparams"]))
-    checkpoint_file = tmp / CHECKPOINT_FILES[family.framework]
-    prepare_checkpoint(family, None, int(settings["seed"]), checkpoint_file, ema=False)
-    checkpoint = read_workflow_checkpoint(family, checkpoint_file)
+    # seeded-random weights (no configured checkpoint), as the prepare_checkpoint job writes them
+    seeded = {**settings, "checkpoint": None, "checkpoint_ema": False}
+    prepared = prepare_model(seeded, tmp / CHECKPOINT_FILES[framework_of(settings["module"])])
+    family, checkpoint = prepared.family, prepared.checkpoint
     artifact = tmp / "model.pt"
     if precision == "fp32":
         export = settings["export"]
-        export_model(
-            family,
-            checkpoint,
-            "ts-trace",
-            "fp32",
-            artifact,
-            opset=int(export["onnx_opset"]),
-            tolerance=export["tolerance"],
-        )
+        spec = {  # the export job's spec (ExportPlan.spec) of an unvalidated config
+            "export_format": "ts-trace",
+            "precision": "fp32",
+            "opset": export["onnx_opset"],
+            "tolerance": export["tolerance"],
+            "check_batch": export.get("check_batch", 3),  # the schema's default
+        }
+        prepared.export(spec, artifact)
     else:
         module = family.serving_module(checkpoint)
         torchscript_fp16(module, artifact, family.example_inputs(1, 0), script=False)
