@@ -198,10 +198,11 @@ def measure_model(
 ) -> dict[str, Any]:
     """Everything this benchmark reports of one model (run in its own process)."""
     from deploybench.accuracy import compare_outputs, measure
+    from deploybench.conversion_plan import CONVERSION_DEFAULTS
     from deploybench.convert import SERVED_TYPES, onnx_fp16
     from deploybench.errors import AccuracyError
     from deploybench.export import prepare_model
-    from deploybench.plan import CONVERSION_DEFAULTS, plan_export
+    from deploybench.export_plan import plan_export
     from deploybench.runtime import load_runner
 
     timings: dict[str, float] = {}

@@ -28,7 +28,7 @@ from .process import stop_with_snakemake
 from .searchpaths import confine_to_image
 
 if TYPE_CHECKING:
-    from .plan import (
+    from .job_specs import (
         AccuracySpec,
         CheckpointSpec,
         ConvertSpec,

@@ -9,8 +9,8 @@ ships no other backend); the config's parameters say so, and so does every resul
 A GPU entry with ``serving: python`` is served the same way with ``KIND_GPU`` instances, the
 runtime on the instance's GPU (deploybench/triton_model.py), its tensors typed as served.
 The config is Triton's own ``ModelConfig`` protobuf, written as text (``triton_config``). How a
-run is served (backend, platform, accelerators) is decided by :func:`deploybench.plan.serving`;
-this module writes what it is given.
+run is served (backend, platform, accelerators) is decided by
+:func:`deploybench.serving_plan.serving`; this module writes what it is given.
 
 ONNX Runtime's TensorRT accelerator (onnx-trt) builds its engine inside the server, not in a
 convert step: the config gives it one optimisation profile over the batches Triton sends, an

@@ -18,12 +18,17 @@ from snakemake.settings.types import DeploymentMethod
 from deploybench import chart_names
 from deploybench import config as dbconfig
 from deploybench import engines as dbengines
+from deploybench import export_plan as dbexport
 from deploybench import images
 from deploybench import job_imports
+from deploybench import resources as dbresources
 from deploybench import plan as dbplan
+from deploybench import preflight_plan as dbpreflight
 from deploybench import provenance
 from deploybench import schedule as dbschedule
 from deploybench import search as dbsearch
+from deploybench import search_plan as dbsearch_plan
+from deploybench import serving_plan as dbserving
 
 SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
 validate(config, SCHEMA)
@@ -34,7 +39,7 @@ try:  # the options the SLURM executor plugin sets itself (its own table), where
     from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
 except ImportError:
     get_forbidden_slurm_options = dict
-dbplan.check_slurm_extra(config, get_forbidden_slurm_options())
+dbresources.check_slurm_extra(config, get_forbidden_slurm_options())
 # Results record the git state of this source tree, not of the working directory.
 os.environ[provenance.SOURCE_GIT_ENV] = json.dumps(
     provenance.git_state(Path(workflow.basedir))
@@ -96,12 +101,12 @@ def one_of(names):
 
 @functools.cache
 def model_plan(model):
-    return dbplan.plan_model(config, model)
+    return dbexport.plan_model(config, model)
 
 
 @functools.cache
 def _export_plan(model, export_format, precision, image=None):
-    return dbplan.plan_export(config, model, export_format, precision, image)
+    return dbexport.plan_export(config, model, export_format, precision, image)
 
 
 @functools.cache
@@ -198,7 +203,7 @@ def container_free(w):
     """A job of a run on a `gpus` entry served without containers (`serving: python`): it runs
     natively, in this venv, even under --sdm apptainer."""
     gpu = dict(w.items()).get("gpu")
-    return gpu in config["gpus"] and dbplan.container_free(config["gpus"][gpu])
+    return gpu in config["gpus"] and dbserving.container_free(config["gpus"][gpu])
 
 
 def container_of(role):
@@ -264,7 +269,7 @@ RUN_TARGET = re.compile(r"^results/([^/]+)/([^/]+)/([^/]+)/([^/]+)/")
 
 @functools.cache
 def _preflight_plan(gpu, image):
-    return dbplan.plan_preflight(config, gpu, image, image_role_imports())
+    return dbpreflight.plan_preflight(config, gpu, image, image_role_imports())
 
 
 def preflight_spec(wildcards):
@@ -282,7 +287,7 @@ def measurement_threads(wildcards):
 def preflight_resources():
     """For `resources:` of the preflight_check rule: what a job on that GPU asks for."""
     return request_resources(
-        lambda w: dbplan.gpu_request_of(config["gpus"][w.gpu], config["slurm"])
+        lambda w: dbresources.gpu_request_of(config["gpus"][w.gpu], config["slurm"])
     )
 
 
@@ -335,7 +340,7 @@ def preflight_reports(wildcards):
     log_submissions(runs)
     for path in runs:
         plan = _run_plan(*run_fields(path))
-        if dbplan.container_free(config["gpus"][plan.gpu]):
+        if dbserving.container_free(config["gpus"][plan.gpu]):
             continue  # no image serves it
         for image in plan.containers.values():
             pairs.add((plan.gpu, image))
@@ -472,7 +477,7 @@ def request_resources(request_of):
     def setting(key):
         return lambda w: getattr(request_of(w), key)
 
-    return {f.name: setting(f.name) for f in dataclasses.fields(dbplan.GpuRequest)}
+    return {f.name: setting(f.name) for f in dataclasses.fields(dbresources.GpuRequest)}
 
 
 def gpu_resources():
@@ -483,7 +488,7 @@ def gpu_resources():
 
 # --- Time limits (deploybench/schedule.py): on a GPU whose partition caps a job's time
 # (`gpus.<gpu>.slurm.max_runtime`), scenarios are measured in parts and merged (rules/perf.smk).
-PARTED_GPUS = dbplan.gpus_measured_in_parts(config)
+PARTED_GPUS = dbresources.gpus_measured_in_parts(config)
 PART_STEM = f"{RUN_DIR}/parts/{{scenario}}.{{part}}"
 PART_LOG = f"{LOG_DIR}/parts/{{scenario}}.{{part}}"
 
@@ -524,7 +529,7 @@ def site_resources(step=None):
     account, QOS, reservation and extra options (`slurm:`), as every job asks for them. A run's
     ``step`` in the run's group job asks for none: the group job takes its GPU jobs' (SLURM
     takes one value for the whole allocation)."""
-    request = dbplan.site_request(config["slurm"])
+    request = dbresources.site_request(config["slurm"])
 
     def setting(key):
         def value(w):
@@ -638,7 +643,7 @@ def report_runs(wildcards):
                         for i in plan.containers.values()
                     ]
                     if plan.device == "gpu"
-                    and not dbplan.container_free(config["gpus"][plan.gpu])
+                    and not dbserving.container_free(config["gpus"][plan.gpu])
                     else []
                 ),
                 # the conversion's record (TF-TRT: its engines) for the configuration table
@@ -734,7 +739,7 @@ wildcard_constraints:
 
 @functools.cache
 def _search_plan(model, gpu, fmt, precision):
-    return dbplan.plan_search(config, model, gpu, fmt, precision)
+    return dbsearch_plan.plan_search(config, model, gpu, fmt, precision)
 
 
 def search_of(wildcards):

@@ -37,7 +37,7 @@ rule preflight_check:
     resources:
         **preflight_resources(),
         mem_mb=4000,
-        runtime=lambda w: dbplan.runtime_minutes(config, {}, "preflight_check"),
+        runtime=lambda w: dbresources.runtime_minutes(config, {}, "preflight_check"),
     params:
         spec=preflight_spec,
     script:

@@ -29,9 +29,11 @@ from deploybench import engines as dbengines
 from deploybench import jobs
 from deploybench import plan as dbplan
 from deploybench import repository as repo_mod
+from deploybench import serving_plan as dbserving
 from deploybench.errors import ConfigError, NeedsGPU
 from deploybench.io import sha256_of
 from deploybench.report import configuration_table
+from deploybench.search_plan import plan_search
 from deploybench.triton_config import read_config
 from tests.conftest import base_config, planned_jobs, run_snakemake, validated, write_config
 from tests.test_tensorrt_versions import write_trtexec
@@ -221,7 +223,7 @@ def test_a_search_candidate_serves_the_shared_engine_alone():
         "max_candidates": 4,
         "axes": {"model_instances": [1, 2]},
     }
-    search = dbplan.plan_search(validated(config), *TRT)
+    search = plan_search(validated(config), *TRT)
     candidate = search.variant_plan(search.grid()[1].name)
     assert candidate.engines is not None and not candidate.engines.per_batch
     assert "batch_models" not in candidate.spec("repository")
@@ -438,7 +440,7 @@ def test_onnx_trt_shared_keeps_one_model_over_the_batches(tmp_path):
     # without accelerator_workspace_mb the accelerator takes the conversion's workspace_mb
     config = with_layout("shared")
     del config["models"]["bert"]["convert"]["tensorrt"]["accelerator_workspace_mb"]
-    how = dbplan.serving(dbc.resolve(config, *ONNX_TRT))
+    how = dbserving.serving(dbc.resolve(config, *ONNX_TRT))
     assert how["gpu_accelerators"][0]["parameters"]["max_workspace_size_bytes"] == str(8 * GIB)
 
 

@@ -20,9 +20,9 @@ from deploybench import config as dbc
 from deploybench import convert as cv
 from deploybench import jobs
 from deploybench import trt_version as tv
+from deploybench.conversion_plan import conversion_settings
 from deploybench.io import MIB
 from deploybench.models import load_family
-from deploybench.plan import conversion_settings
 from deploybench.tensors import TensorSpec
 from tests.conftest import REPO, base_config, smoke_config
 

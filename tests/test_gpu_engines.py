@@ -25,6 +25,7 @@ from deploybench import config as dbc
 from deploybench import convert as cv
 from deploybench import plan as dbplan
 from deploybench import repository as repo_mod
+from deploybench import serving_plan as dbserving
 from deploybench.errors import ConversionError, ServerError
 from deploybench.models import load_family
 from deploybench.report import configuration_table
@@ -44,7 +45,7 @@ def bert_onnx_trt_config(engine_cache: Path | None) -> model_config_pb2.ModelCon
     family = load_family(run.settings["module"], run.settings["hparams"])
     return repo_mod.model_config(
         name="bert",
-        serving=dbplan.serving(run),
+        serving=dbserving.serving(run),
         triton=run.settings["triton"],
         device=run.device,
         inputs=family.inputs,
@@ -111,13 +112,13 @@ def test_engine_profile_follows_the_served_batches():
 def test_runs_without_an_engine_build_are_unchanged():
     config = base_config()
     for path in (("tft", "cpu", "onnx", "fp32"), ("bert", "A30", "onnx", "fp16")):
-        how = dbplan.serving(dbc.resolve(config, *path))
+        how = dbserving.serving(dbc.resolve(config, *path))
         assert "engine_build" not in how, path
     run = dbc.resolve(config, "tft", "cpu", "onnx", "fp32")
     family = load_family("tft", run.settings["hparams"])
     cpu = repo_mod.model_config(
         name="tft",
-        serving=dbplan.serving(run),
+        serving=dbserving.serving(run),
         triton=run.settings["triton"],
         device="cpu",
         inputs=family.inputs,
@@ -178,7 +179,7 @@ def test_repository_job_writes_and_empties_the_runs_engine_cache(tmp_path, monke
         {
             "model": {"module": "tft", "hparams": run.settings["hparams"]},
             "model_name": "tft",
-            "serving": dbplan.serving(run),
+            "serving": dbserving.serving(run),
             "triton": run.settings["triton"],
             "device": "gpu",
             "artifact_name": "model.onnx",

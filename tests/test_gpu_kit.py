@@ -24,6 +24,7 @@ import pytest
 import yaml
 from tritonclient.grpc import model_config_pb2
 
+from deploybench import config as dbc
 from deploybench import plan as dbplan
 from deploybench.config import deep_merge
 from deploybench.triton_config import read_config
@@ -311,7 +312,7 @@ KIT_ENTRIES = ("H100-pip", "H200-pip")
 @pytest.mark.parametrize("gpu", KIT_ENTRIES)
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_the_kit_sizing_measures_a_subset_of_the_published_points(gpu, precision):
-    run = dbplan.resolve(kit_config(), "tft", gpu, "ts-trace", precision)
+    run = dbc.resolve(kit_config(), "tft", gpu, "ts-trace", precision)
     # the published serving configuration, unchanged
     assert run.settings["triton"]["max_batch_size"] == 1024
     assert run.settings["triton"]["model_instances"] == 2

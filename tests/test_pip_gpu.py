@@ -24,6 +24,7 @@ from tritonclient.grpc import model_config_pb2
 
 from deploybench import plan as dbplan
 from deploybench import runtime
+from deploybench import serving_plan as dbserving
 from deploybench.config import deep_merge
 from deploybench.models import load_family
 from deploybench.report import no_published_reason, published_rows, reference_note
@@ -66,9 +67,9 @@ def test_the_entry_is_a_schema_checked_python_served_gpu():
     entry = config["gpus"][GPU]
     assert entry["device"] == "gpu" and entry["serving"] == "python"
     assert entry["compute_capability"] == config["gpus"]["H100_SXM"]["compute_capability"]
-    assert dbplan.container_free(entry)
+    assert dbserving.container_free(entry)
     assert config["gpus"]["H100_SXM"]["serving"] == "native"  # the schema's default
-    assert not dbplan.container_free(config["gpus"]["H100_SXM"])
+    assert not dbserving.container_free(config["gpus"]["H100_SXM"])
     bad = base_config()
     bad["gpus"][GPU]["serving"] = "pip"
     with pytest.raises(Exception, match="pip"):

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from deploybench import jobs, preflight, probe
 from deploybench.errors import ConfigError, PreflightError
 from deploybench.io import sha256_of
-from deploybench.plan import plan_preflight
+from deploybench.preflight_plan import plan_preflight
 from tests.conftest import base_config, processes_mentioning, validated
 
 # The A30 runs' expectations hold on a machine with no NVIDIA GPU or trtexec, as this one.

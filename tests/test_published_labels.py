@@ -14,7 +14,7 @@ import pytest
 from snakemake.exceptions import WorkflowError
 
 from deploybench import config as dbc
-from deploybench import plan
+from deploybench import serving_plan
 from deploybench.cli import published_label_notes
 from deploybench.models import load_family
 from deploybench.report import published_notes, published_rows, ratios, summary_section
@@ -201,7 +201,7 @@ def _config_pbtxt(run: dbc.Run) -> str:
     family = load_family(run.settings["module"], run.settings["hparams"])
     built = model_config(
         name=run.model,
-        serving=plan.serving(run),
+        serving=serving_plan.serving(run),
         triton=run.settings["triton"],
         device=run.device,
         inputs=family.inputs,

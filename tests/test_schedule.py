@@ -16,8 +16,10 @@ import yaml
 
 from deploybench import parts, schedule
 from deploybench import plan as dbplan
+from deploybench import resources as dbresources
 from deploybench.errors import ConfigError
 from deploybench.io import sha256_of
+from deploybench.search_plan import plan_search
 from tests.conftest import (
     ONCE_A_POINT,
     base_config,
@@ -64,7 +66,7 @@ def test_every_submission_fits_and_every_point_is_measured_once(limit):
                 fewer = -(-len(plan.points[scenario]) // (plan.parts[scenario] - 1))
                 trials = int(plan.measure["trials"])
                 assert fewer > per_part
-                spec = dbplan.runtime_minutes(config_with(), {}, scenario, fewer * trials)
+                spec = dbresources.runtime_minutes(config_with(), {}, scenario, fewer * trials)
                 assert spec > limit
 
 
@@ -107,9 +109,9 @@ def test_a_job_that_cannot_fit_fails_naming_the_numbers():
 
 def test_a_search_candidate_over_the_limit_fails():
     """A candidate's online sweep is one job (5 points: 70 min): over the limit it fails."""
-    assert dbplan.plan_search(config_with(max_runtime=70), *RUN).candidate_runtime["online"] == 70
+    assert plan_search(config_with(max_runtime=70), *RUN).candidate_runtime["online"] == 70
     with pytest.raises(ConfigError, match=r"'search_online' asks for 70 min .* of 60 min"):
-        dbplan.plan_search(config_with(max_runtime=60), *RUN)
+        plan_search(config_with(max_runtime=60), *RUN)
 
 
 def test_pack_groups_keeps_order_and_first_fit():
@@ -181,7 +183,7 @@ def test_the_sites_settings_apply_where_a_gpu_sets_none():
     )  # fmt: skip
     cpu = dbplan.plan_run(config, "tft", "cpu", "onnx", "fp32").gpu_request
     assert (cpu.slurm_account, cpu.qos) == ("site", "normal")
-    assert dbplan.site_request(config["slurm"]) == {
+    assert dbresources.site_request(config["slurm"]) == {
         "slurm_account": "site", "qos": "normal", "slurm_extra": "--reservation=maint"
     }  # fmt: skip
 
@@ -191,11 +193,11 @@ def test_extra_options_the_plugin_sets_itself_are_refused():
 
     forbidden = get_forbidden_slurm_options()
     config = config_with(slurm_extra="--exclusive --nice=5")
-    dbplan.check_slurm_extra(config, forbidden)
+    dbresources.check_slurm_extra(config, forbidden)
     for extra, option in (("--time=5", "runtime/time limit"), ("--gpus=2", "GPU allocation")):
         config = config_with(slurm_extra=extra)
         with pytest.raises(ConfigError, match=rf"gpus.A30.slurm.slurm_extra '{extra}' sets the "):
-            dbplan.check_slurm_extra(config, forbidden)
+            dbresources.check_slurm_extra(config, forbidden)
         assert option in forbidden.values()
 
 

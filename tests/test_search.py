@@ -19,8 +19,9 @@ from deploybench import search
 from deploybench.columns import CSV_COLUMNS
 from deploybench.config import deep_merge
 from deploybench.errors import ConfigError, DeploybenchError, SearchError
-from deploybench.plan import plan_run, plan_search
+from deploybench.plan import plan_run
 from deploybench.search import Candidate, SearchSettings, Variant
+from deploybench.search_plan import plan_search
 from deploybench.stats import change
 from tests.conftest import base_config, smoke_config, validated
 

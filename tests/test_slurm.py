@@ -26,6 +26,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from deploybench import plan as dbplan
+from deploybench.export_plan import plan_model
 from deploybench.schedule import parse_slurm_time
 from tests.conftest import (
     BIN,
@@ -211,7 +212,7 @@ def test_dry_run_of_a_run_groups_its_gpu_steps_into_one_job(tmp_path):
     config = validated(base_config())
     plan = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
     assert jobs["online"][0]["runtime"] == str(plan.runtime["online"])
-    assert jobs["export"][0]["runtime"] == str(dbplan.plan_model(config, "tft").runtime["export"])
+    assert jobs["export"][0]["runtime"] == str(plan_model(config, "tft").runtime["export"])
 
 
 def test_dry_run_of_preflight_shows_only_its_jobs_on_the_gpu_partition(tmp_path):

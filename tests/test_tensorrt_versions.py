@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from deploybench import convert as cv
 from deploybench import jobs, preflight, tools
 from deploybench import plan as dbplan
 from deploybench import trt_version as trt
 from deploybench.config import containers_on
 from deploybench.errors import ConfigError, EngineVersionMismatch
+from deploybench.preflight_plan import plan_preflight
 from deploybench.tensors import TensorSpec
 from tests.conftest import base_config, planned_jobs, run_snakemake, validated, write_config
 
@@ -120,7 +120,7 @@ def test_a_run_whose_images_ship_different_tensorrt_is_refused_naming_both():
         dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
     # the preflight of either image plans the runs on that GPU (bert's trt run first)
     with pytest.raises(ConfigError, match=message):
-        dbplan.plan_preflight(config, "A30", "triton-25.01")
+        plan_preflight(config, "A30", "triton-25.01")
     # a build differs: another TensorRT too
     with pytest.raises(ConfigError, match=r"10\.8\.0\.43 .* 10\.8\.0\.40"):
         dbplan.plan_run(config_with(triton_25_01="10.8.0.40"), "tft", "A30", "trt", "fp16")
@@ -154,10 +154,10 @@ def test_the_run_carries_the_version_to_its_repository_and_preflight_specs():
     run = dbplan.plan_run(config, "tft", "A30", "trt", "fp16")
     expected = {"image": "triton-25.01", "version": NGC_25_0X, "built_in": "pytorch-25.01"}
     assert run.spec("repository")["tensorrt"] == expected
-    assert dbplan.plan_preflight(config, "A30", "triton-25.01")["tensorrt_engines"] == ["tensorrt"]
-    assert dbplan.plan_preflight(config, "A30", "pytorch-25.01")["tensorrt_engines"] == ["tensorrt"]
-    assert "tf-trt" in dbplan.plan_preflight(config, "A30", "triton-25.02-tf")["tensorrt_engines"]
-    assert dbplan.plan_preflight(config, "cpu", "triton-25.01")["tensorrt_engines"] == []
+    assert plan_preflight(config, "A30", "triton-25.01")["tensorrt_engines"] == ["tensorrt"]
+    assert plan_preflight(config, "A30", "pytorch-25.01")["tensorrt_engines"] == ["tensorrt"]
+    assert "tf-trt" in plan_preflight(config, "A30", "triton-25.02-tf")["tensorrt_engines"]
+    assert plan_preflight(config, "cpu", "triton-25.01")["tensorrt_engines"] == []
 
 
 def test_dry_run_of_a_mismatched_pair_fails_at_dag_time_naming_both(tmp_path: Path):
@@ -181,7 +181,7 @@ def test_dry_run_of_a_mismatched_pair_fails_at_dag_time_naming_both(tmp_path: Pa
 
 
 def spec_of(gpu: str, image: str, **changes: Any) -> preflight.PreflightSpec:
-    spec: Any = dbplan.plan_preflight(validated(base_config()), gpu, image)
+    spec: Any = plan_preflight(validated(base_config()), gpu, image)
     spec.update(changes)
     return spec
 

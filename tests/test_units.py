@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from deploybench import accuracy, perf
+from deploybench.backends import PLATFORMS
 from deploybench.errors import PerfError
-from deploybench.plan import PLATFORMS
 from deploybench.repository import build_repository, model_config
 from deploybench.tensors import TENSOR_TYPES, TensorSpec
 from deploybench.transport import Transport

@@ -108,8 +108,8 @@ def measure(args: argparse.Namespace, precision: str, tmp: Path) -> dict[str, An
     from deploybench.export import prepare_model
     from deploybench.jobs import _server
     from deploybench.models import CHECKPOINT_FILES, framework_of
-    from deploybench.plan import serving
     from deploybench.repository import build_repository, model_config
+    from deploybench.serving_plan import serving
     from deploybench.triton_config import to_pbtxt
 
     config = load_yaml(REPO / "config" / "config.yaml")
