@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         RepositorySpec,
         SearchSpec,
     )
-    from .preflight import PreflightSpec
+    from .preflight.spec import PreflightSpec
 
 log = logging.getLogger("deploybench")
 # torch's device for a run's (gpus.<g>.device): where its framework reference is computed and

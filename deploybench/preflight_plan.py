@@ -14,7 +14,7 @@ from .gpus import check_gpu_runs_image
 from .job_specs import plain
 from .models import framework_of
 from .plan import plan_run
-from .preflight import PreflightSpec
+from .preflight.spec import PreflightSpec
 
 
 def plan_preflight(

@@ -85,7 +85,7 @@ def test_definitions_use_the_build_args_they_are_given():
     assert "From: {{ FROM }}" in framework and "{{ LOCK }}" in framework
     assert "{{ SHIPS }}" in framework
     # trtexec on PATH where NGC's framework images keep it
-    from deploybench.preflight import NGC_TRTEXEC
+    from deploybench.preflight.tensorrt import NGC_TRTEXEC
 
     environment = framework.split("%environment", 1)[1].split("\n%", 1)[0]
     assert f'PATH="$PATH:{NGC_TRTEXEC.parent}"' in environment

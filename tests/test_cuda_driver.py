@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 
 from deploybench import preflight
+from deploybench.preflight.gpu import GpuProbe, check_driver, driver_supports
 from tests.test_preflight import spec_of
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fake_libcuda.c"
 # An A30 node on R535: a forward-compatible data center branch for the 25.01 images' CUDA 12.8.
-A30_R535 = preflight.GpuProbe(
-    [{"name": "NVIDIA A30", "driver_version": "535.104.05", "uuid": "GPU-1"}], ""
-)
+A30_R535 = GpuProbe([{"name": "NVIDIA A30", "driver_version": "535.104.05", "uuid": "GPU-1"}], "")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def fake_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def driver_check(
     monkeypatch: pytest.MonkeyPatch,
     libcuda: Path | None,
-    probe: preflight.GpuProbe = A30_R535,
+    probe: GpuProbe = A30_R535,
     **answers: int,
 ) -> preflight.Check:
     """The driver check of the A30 / triton-25.01 preflight, with the probe's child process
@@ -51,12 +50,12 @@ def driver_check(
         monkeypatch.delenv(key, raising=False)
     for key, value in answers.items():
         monkeypatch.setenv(key.upper(), str(value))
-    return preflight.check_driver(spec_of("A30", "triton-25.01"), probe)
+    return check_driver(spec_of("A30", "triton-25.01"), probe)
 
 
 def test_a_compat_branch_that_fails_cuinit_fails_naming_the_error(monkeypatch, fake_libcuda):
     # R535 >= 535.86 passes the release notes' table "by forward compatibility" ...
-    assert preflight.driver_supports(
+    assert driver_supports(
         "535.104.05", spec_of("A30", "triton-25.01")["release"]["driver"], datacenter=True
     )[0]
     # ... but CUDA does not initialise in the job: the check fails, naming cuInit's error.
@@ -82,7 +81,7 @@ def test_an_older_minor_of_the_same_cuda_warns_and_leaves_it_to_the_kernels(
 
 
 def test_a_driver_of_an_older_cuda_major_fails(monkeypatch, fake_libcuda):
-    old = preflight.GpuProbe([{**A30_R535.gpus[0], "driver_version": "520.61.05"}], "")
+    old = GpuProbe([{**A30_R535.gpus[0], "driver_version": "520.61.05"}], "")
     check = driver_check(monkeypatch, fake_libcuda, old, fake_cuda_version=11080)
     assert check.status == "fail"
     assert "implements CUDA 11.8, older than the image's CUDA 12.8.0.38" in check.detail

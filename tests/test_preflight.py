@@ -11,9 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from deploybench import jobs, preflight, probe
 from deploybench.errors import ConfigError, PreflightError
 from deploybench.io import sha256_of
+from deploybench.preflight import frameworks as preflight_frameworks
+from deploybench.preflight import runner as preflight_runner
+from deploybench.preflight import triton as preflight_triton
+from deploybench.preflight.frameworks import check_framework_cuda
+from deploybench.preflight.gpu import GpuProbe, check_driver, check_gpu_visible, driver_supports
+from deploybench.preflight.image import check_image
+from deploybench.preflight.tensorrt import check_trtexec
 from deploybench.preflight_plan import plan_preflight
 from tests.conftest import base_config, processes_mentioning, validated
 
@@ -187,14 +195,14 @@ def test_trtexec_check_reads_the_version_and_names_missing_flags(tmp_path, monke
     spec = spec_of("A30", "pytorch-25.01")
     monkeypatch.setenv("PATH", f"{tmp_path / 'full'}{os.pathsep}{os.environ['PATH']}")
     write_trtexec(tmp_path / "full", TRTEXEC_HELP)
-    check = preflight.check_trtexec(spec)
+    check = check_trtexec(spec)
     assert check.status == "pass" and check.facts["tensorrt"] == "10.7"
 
     # TensorRT 8.2's trtexec: --workspace and --buildOnly, not --memPoolSize/--skipInference
     old = TRTEXEC_HELP.replace("v100700", "v8203").replace("--memPoolSize", "--workspace")
     monkeypatch.setenv("PATH", f"{tmp_path / 'old'}{os.pathsep}{os.environ['PATH']}")
     write_trtexec(tmp_path / "old", old.replace("--skipInference", "--buildOnly"))
-    check = preflight.check_trtexec(spec)
+    check = check_trtexec(spec)
     assert check.status == "fail"
     assert check.detail == "TensorRT 8.2's trtexec lacks --memPoolSize, --skipInference"
     assert "TensorRT 8.4 or later" in check.fix
@@ -220,22 +228,20 @@ def test_a_hung_tool_is_killed_at_its_timeout():
     ],
 )
 def test_driver_rule(driver, datacenter, ok, why):
-    verdict, reason = preflight.driver_supports(
-        driver, RELEASE_25_01["driver"], datacenter=datacenter
-    )
+    verdict, reason = driver_supports(driver, RELEASE_25_01["driver"], datacenter=datacenter)
     assert verdict is ok and why in reason
 
 
 def test_driver_rule_names_a_bad_requirement():
     with pytest.raises(ConfigError, match=r"release.driver.minimum 'r570' is not a driver"):
-        preflight.driver_supports("570.1", {"minimum": "r570"}, datacenter=True)
-    assert preflight.driver_supports("n/a", {"minimum": "570"}, datacenter=True)[0] is False
+        driver_supports("570.1", {"minimum": "r570"}, datacenter=True)
+    assert driver_supports("n/a", {"minimum": "570"}, datacenter=True)[0] is False
     with pytest.raises(ConfigError, match="names no minimum"):
-        preflight.driver_supports("570.1", {"datacenter": []}, datacenter=True)
+        driver_supports("570.1", {"datacenter": []}, datacenter=True)
 
 
 def test_driver_check_uses_the_image_release_and_the_gpu_kind():
-    probe = preflight.GpuProbe(
+    probe = GpuProbe(
         [{"name": "NVIDIA GeForce RTX 3090", "driver_version": "535.104.05", "uuid": "GPU-1"}], ""
     )
 
@@ -244,11 +250,11 @@ def test_driver_check_uses_the_image_release_and_the_gpu_kind():
     def cuda() -> dict[str, Any]:
         return {"cuInit": 803, "version": 12020, "library": ["/.singularity.d/libs/libcuda.so.1"]}
 
-    check = preflight.check_driver(spec_of("A30", "triton-25.01"), probe, cuda)
+    check = check_driver(spec_of("A30", "triton-25.01"), probe, cuda)
     assert check.status == "fail" and "update the nodes' driver to 570" in check.fix
     assert "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)" in check.detail
     assert "only on data center GPUs" in check.detail and "compat" not in check.fix
-    no_release = preflight.check_driver(spec_of("A30", "triton-25.01", release=None), probe)
+    no_release = check_driver(spec_of("A30", "triton-25.01", release=None), probe)
     assert no_release.status == "skip" and "535.104.05" in no_release.detail
 
 
@@ -269,11 +275,11 @@ def test_driver_check_uses_the_image_release_and_the_gpu_kind():
     ],
 )
 def test_gpu_visible_wants_the_configured_gpu_model(gpu, seen, status):
-    probe = preflight.GpuProbe([{"name": seen, "driver_version": "570.1", "uuid": "GPU-1"}], "")
+    probe = GpuProbe([{"name": seen, "driver_version": "570.1", "uuid": "GPU-1"}], "")
     spec = spec_of("A30" if " " in gpu else gpu, "triton-25.01")
     if " " in gpu:  # a configured name of a GPU the config does not have
         spec["gpu_name"] = gpu
-    check = preflight.check_gpu_visible(spec, probe)
+    check = check_gpu_visible(spec, probe)
     assert check.status == status and seen in check.detail
     if status == "fail":
         assert f"gpus.{spec['gpu']}.slurm" in check.fix
@@ -292,8 +298,8 @@ def test_every_check_reports_and_none_stops_the_others(monkeypatch):
     def broken(*_args: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(preflight, "check_deploybench_imports", broken)
-    monkeypatch.setattr(preflight, "check_backends", broken)
+    monkeypatch.setattr(preflight_runner, "check_deploybench_imports", broken)
+    monkeypatch.setattr(preflight_runner, "check_backends", broken)
     spec = spec_of("cpu", "pytorch-25.01")
     checks = {c.name: c for c in preflight.run_checks(spec)}
     assert list(checks) == list(preflight.CHECKS)
@@ -302,7 +308,7 @@ def test_every_check_reports_and_none_stops_the_others(monkeypatch):
     assert "RuntimeError: boom" in checks["deploybench_imports"].detail
 
     # the Triton checks' shared set-up failing fails them, not the job
-    monkeypatch.setattr(preflight, "write_tiny_repository", broken)
+    monkeypatch.setattr(preflight_triton, "write_tiny_repository", broken)
     checks = {c.name: c for c in preflight.run_checks(spec_of("cpu", "triton-25.01"))}
     assert list(checks) == list(preflight.CHECKS)
     for name in ("tritonserver", "perf_analyzer", "backends"):
@@ -317,7 +323,7 @@ def test_image_check_names_a_built_or_a_prebuilt_image_with_its_digest(tmp_path,
     built.write_bytes(b"built")
     (built.with_suffix(".json")).write_text(json.dumps({"sha256": "ab" * 32}))
     monkeypatch.setenv("APPTAINER_CONTAINER", str(built))
-    check = preflight.check_image(spec)
+    check = check_image(spec)
     assert check.status == "pass" and "built by rule container_image" in check.detail
     assert "ab" * 32 in check.detail
     # a site's own image (images.<image>.image): hashed where it runs
@@ -325,7 +331,7 @@ def test_image_check_names_a_built_or_a_prebuilt_image_with_its_digest(tmp_path,
     prebuilt.parent.mkdir()
     prebuilt.write_bytes(b"site image")
     monkeypatch.setenv("APPTAINER_CONTAINER", str(prebuilt))
-    check = preflight.check_image(spec)
+    check = check_image(spec)
     assert check.status == "pass" and "prebuilt, used as is" in check.detail
     assert sha256_of(prebuilt) in check.detail
 
@@ -334,9 +340,9 @@ def test_image_check_names_a_built_or_a_prebuilt_image_with_its_digest(tmp_path,
 
 
 def _framework_check(monkeypatch, info: dict[str, Any]) -> preflight.Check:
-    monkeypatch.setattr(preflight, "python_probe", lambda *a: (info, ""))
+    monkeypatch.setattr(preflight_frameworks, "python_probe", lambda *a: (info, ""))
     spec = spec_of("A30", "triton-25.01")
-    return preflight.check_framework_cuda(spec, preflight.GpuProbe([], None))
+    return check_framework_cuda(spec, GpuProbe([], None))
 
 
 SEES_A_B200 = {

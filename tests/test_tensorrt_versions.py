@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from deploybench import convert as cv
 from deploybench import jobs, preflight, tools
 from deploybench import plan as dbplan
 from deploybench import trt_version as trt
 from deploybench.config import containers_on
 from deploybench.errors import ConfigError, EngineVersionMismatch
+from deploybench.preflight.tensorrt import check_tensorrt_version, check_trtexec
 from deploybench.preflight_plan import plan_preflight
 from deploybench.tensors import TensorSpec
 from tests.conftest import base_config, planned_jobs, run_snakemake, validated, write_config
@@ -238,18 +240,18 @@ def test_trtexec_check_compares_its_real_version_with_the_images(tmp_path, on_pa
     on_path(tmp_path / "bin")
     write_trtexec(tmp_path / "bin")
     spec = spec_of("A30", "pytorch-25.01")
-    check = preflight.check_trtexec(spec)
+    check = check_trtexec(spec)
     assert check.status == "pass", check
     assert check.facts["tensorrt_release"] == NGC_25_0X and check.facts["recorded"] == NGC_25_0X
     assert "images.pytorch-25.01.release.tensorrt 10.8.0.43" in check.detail
 
-    check = preflight.check_trtexec(with_release(spec, "10.9.0.34"))
+    check = check_trtexec(with_release(spec, "10.9.0.34"))
     assert check.status == "fail"
     assert "trtexec" in check.detail and "is TensorRT 10.8.0.43" in check.detail
     assert "images.pytorch-25.01.release.tensorrt is 10.9.0.34" in check.detail
     assert "images.pytorch-25.01.from" in check.fix
     # nothing recorded: the flags still pass, the version is not compared
-    check = preflight.check_trtexec(with_release(spec, None))
+    check = check_trtexec(with_release(spec, None))
     assert check.status == "pass" and "not recorded: not compared" in check.detail
 
 
@@ -274,14 +276,14 @@ def test_triton_check_reads_the_libnvinfer_its_tensorrt_backend_loads(tmp_path, 
     )
     monkeypatch.setattr(tools, "backend_directory", lambda: root)
     spec = spec_of("A30", "triton-25.01")
-    check = preflight.check_tensorrt_version(spec)
+    check = check_tensorrt_version(spec)
     assert check.status == "pass", check
     assert "tensorrt backend: TensorRT 10.8.0" in check.detail
     found = check.facts["found"]["tensorrt backend"]
     assert found["library"] == str(root / "tensorrt" / "libnvinfer.so.10")
 
     # the image ships another TensorRT than it records: fail, naming both
-    check = preflight.check_tensorrt_version(with_release(spec, "10.9.0.34"))
+    check = check_tensorrt_version(with_release(spec, "10.9.0.34"))
     assert check.status == "fail"
     assert (
         "tensorrt backend is TensorRT 10.8.0, but images.triton-25.01.release.tensorrt is "
@@ -293,7 +295,7 @@ def test_triton_check_reads_the_libnvinfer_its_tensorrt_backend_loads(tmp_path, 
     (root / "tensorrt" / "libnvinfer.so.10").unlink()
     (root / "tensorrt" / "libnvinfer.so.10.8.0").unlink()
     monkeypatch.setattr(trt, "run_probe", lambda *a, **k: {"error": "not found"})
-    check = preflight.check_tensorrt_version(spec)
+    check = check_tensorrt_version(spec)
     assert check.status == "fail" and "could not be read" in check.detail
     assert "full NGC tritonserver image" in check.fix
 
@@ -330,7 +332,7 @@ def test_tf_trt_in_triton_is_the_libnvinfer_it_would_dlopen(tmp_path, monkeypatc
     monkeypatch.setenv("LD_LIBRARY_PATH", str(libs))
     monkeypatch.setattr(tools, "backend_directory", lambda: root)
     spec: Any = {**spec_of("A30", "triton-25.02-tf"), "tensorrt_engines": ["tf-trt"]}
-    check = preflight.check_tensorrt_version(spec)
+    check = check_tensorrt_version(spec)
     assert check.status == "fail", check
     assert (
         "tensorflow backend is TensorRT 10.7.0, but images.triton-25.02-tf.release.tensorrt is "
@@ -365,15 +367,15 @@ def test_framework_check_reads_the_tensorrt_tf_trt_loads(
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "stand-in"))
     spec = spec_of("A30", "tensorflow-25.02")
     assert spec["tensorrt_engines"] == ["tensorrt", "tf-trt"]  # trtexec's is its own check
-    check = preflight.check_tensorrt_version(spec)
+    check = check_tensorrt_version(spec)
     assert check.status == status, check
     assert said in check.detail
 
 
 def test_the_check_skips_where_no_engine_is_built_or_loaded():
-    assert preflight.check_tensorrt_version(spec_of("cpu", "triton-25.01")).status == "skip"
+    assert check_tensorrt_version(spec_of("cpu", "triton-25.01")).status == "skip"
     only_trtexec = spec_of("A30", "pytorch-25.01")
-    check = preflight.check_tensorrt_version(only_trtexec)
+    check = check_tensorrt_version(only_trtexec)
     assert check.status == "skip" and "trtexec check" in check.detail
     assert "tensorrt_version" in preflight.CHECKS
 
