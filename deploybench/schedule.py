@@ -1,7 +1,7 @@
 """How a run's jobs go to a cluster whose partition caps a job's time (`gpus.<gpu>.slurm.
 max_runtime`, the partition's MaxTime in minutes).
 
-Every job has a time limit (plan.runtime_minutes: sbatch --time). A measurement over many
+Every job has a time limit (resources.runtime_minutes: sbatch --time). A measurement over many
 points can alone ask for more than the partition allows, and a group job asks for the sum of
 its members. So, on a GPU with a `max_runtime`:
 

@@ -36,8 +36,8 @@ BACKENDS = ("python", "onnxruntime", "pytorch", "tensorrt", "tensorflow")
 
 
 class PreflightSpec(TypedDict):
-    """One preflight job (``plan.plan_preflight``): the GPU, the image, and what the runs on
-    that GPU need of the image."""
+    """One preflight job (``preflight_plan.plan_preflight``): the GPU, the image, and what the
+    runs on that GPU need of the image."""
 
     gpu: str  # config key of the GPU
     gpu_name: str  # gpus.<g>.name
