@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DeploybenchError
-from .jobs import FRAMEWORK_DEVICE
+from .gpus import FRAMEWORK_DEVICE
 from .tensors import TensorSpec
 
 DTYPES = ("float32", "float16")

@@ -19,6 +19,10 @@ from typing import Any
 from .errors import ConfigError
 from .trt_version import major_minor
 
+# torch's device for a run's (gpus.<g>.device): where its framework reference is computed and
+# its fp16 TorchScript made (and where the canary runs its model).
+FRAMEWORK_DEVICE = {"cpu": "cpu", "gpu": "cuda"}
+
 
 def capability(value: str) -> tuple[int, int]:
     """``"major.minor"`` as numbers, so that 7.5 < 10.0 (as strings "10.0" < "7.5")."""

@@ -11,6 +11,7 @@ image's lock and the packages its base ships.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import json
 import subprocess
@@ -24,8 +25,9 @@ PACKAGE = "deploybench"
 
 def function_imports(function: Callable[..., object]) -> list[str]:
     """The modules ``function``'s body imports (stdlib left out), with those of the functions
-    of its own module it calls by name (jobs.py's helpers), in first-seen order:
-    ``from .report import x`` is ``deploybench.report``; ``from . import plots`` is
+    of its own module it calls by name (its module's helpers), in first-seen order. Relative
+    imports resolve against the function's package: in ``deploybench.jobs.pages``,
+    ``from ..report import x`` is ``deploybench.report`` and ``from .. import plots`` is
     ``deploybench.plots``; ``import altair as alt`` is ``altair``."""
     found: list[str] = []
     seen: set[str] = set()
@@ -36,7 +38,7 @@ def function_imports(function: Callable[..., object]) -> list[str]:
             continue
         seen.add(current.__qualname__)
         for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(current)))):
-            for name in _imported(node):
+            for name in _imported(node, current.__module__):
                 if name.split(".")[0] not in sys.stdlib_module_names and name not in found:
                     found.append(name)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -46,27 +48,32 @@ def function_imports(function: Callable[..., object]) -> list[str]:
     return found
 
 
-def _imported(node: ast.AST) -> list[str]:
-    """The modules an import statement names (relative ones: this package's)."""
+def _imported(node: ast.AST, module: str) -> list[str]:
+    """The modules an import statement in ``module`` names (relative ones resolved against
+    ``module``'s package)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if isinstance(node, ast.ImportFrom):
         if node.level == 0:
             return [str(node.module)]
+        package = module.rpartition(".")[0]
+        base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
         if node.module:
-            return [f"{PACKAGE}.{node.module}"]
-        return [f"{PACKAGE}.{alias.name}" for alias in node.names]
+            return [base]
+        return [f"{base}.{alias.name}" for alias in node.names]
     return []
 
 
 def rule_imports(rule: str) -> list[str]:
-    """What the job of ``rule`` imports: ``deploybench.jobs`` (its script's one import) and
-    what the rule's job imports."""
+    """What the job of ``rule`` imports: ``deploybench.jobs`` (its script's one import), the
+    module of the rule's job, and what the job imports."""
     from .jobs import JOBS
 
     if rule not in JOBS:
         raise ValueError(f"no job for rule {rule!r}; valid choices: {', '.join(sorted(JOBS))}")
-    return [f"{PACKAGE}.jobs", *function_imports(JOBS[rule])]
+    job = JOBS[rule]
+    own = [f"{PACKAGE}.jobs", *([job.__module__] if job.__module__ != f"{PACKAGE}.jobs" else [])]
+    return [*own, *(m for m in function_imports(job) if m not in own)]
 
 
 # The role of a `container:` function that runs whichever image its job is for (the preflight's):

@@ -32,6 +32,7 @@ from deploybench import repository as repo_mod
 from deploybench import serving_plan as dbserving
 from deploybench.errors import ConfigError, NeedsGPU
 from deploybench.io import sha256_of
+from deploybench.jobs import measure as measure_jobs
 from deploybench.report import configuration_table
 from deploybench.search_plan import plan_search
 from deploybench.triton_config import read_config
@@ -536,8 +537,8 @@ def test_accuracy_checks_every_engine_at_its_batch(tmp_path, monkeypatch):
             served["output__1"] = served["output__1"] * 100  # beyond fp16 atol = rtol = 5
         return served
 
-    monkeypatch.setattr(jobs, "load_family", lambda module, hparams: family)
-    monkeypatch.setattr(jobs, "_server", lambda *args: contextlib.nullcontext(server))
+    monkeypatch.setattr(measure_jobs, "load_family", lambda module, hparams: family)
+    monkeypatch.setattr(measure_jobs, "ready_server", lambda *args: contextlib.nullcontext(server))
     monkeypatch.setattr(checkpoint, "read_workflow_checkpoint", lambda *args: {})
     monkeypatch.setattr(triton_client, "infer_triton", infer)
     spec = dbplan.plan_run(with_layout("per_batch"), *TRT).spec("accuracy")

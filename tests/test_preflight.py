@@ -112,7 +112,7 @@ def test_cpu_triton_image_passes_every_check_that_applies(cpu_run):
     assert check_of(report, "tritonserver")["facts"]["version"]
     # where deploybench came from: a wrong PYTHONPATH bind would show here
     imports = check_of(report, "deploybench_imports")
-    assert imports["facts"]["file"] == str(Path(jobs.__file__).with_name("__init__.py"))
+    assert imports["facts"]["file"] == str(Path(jobs.__file__).parent.with_name("__init__.py"))
     assert report["spec"]["gpu"] == "cpu" and report["host"]["hostname"]
     assert report["container"]["runtime"] == "native venv"
 

@@ -178,13 +178,14 @@ def test_the_server_runs_with_the_runs_environment(tmp_path, monkeypatch):
     assert seen.read_text() == "1\n"
 
 
-# A job's server (deploybench.jobs._server) signalled while it starts: in the readiness wait
+# A job's server (deploybench.jobs.measure.ready_server) signalled while it starts: in the readiness wait
 # (its model loads slowly) and as the engine lock is released once it is ready (the lock is
 # wrapped to pause there). The job reports where it is on stdout, then waits for the signal.
 JOB_IN_WINDOW = """
 import contextlib, sys, time
 from pathlib import Path
-from deploybench import jobs, repository, server
+from deploybench import repository, server
+from deploybench.jobs.measure import ready_server
 from deploybench.server import graceful_signals
 
 repo, server_log, window = sys.argv[1:4]
@@ -207,7 +208,7 @@ else:
         time.sleep(60)
 
     repository.engine_build_lock = pausing_lock
-with graceful_signals(), jobs._server(repo, server_log, {"shutdown_timeout_s": 5}):
+with graceful_signals(), ready_server(repo, server_log, {"shutdown_timeout_s": 5}):
     print("SERVING", flush=True)
 """
 

@@ -176,6 +176,7 @@ def test_accuracy_reference_is_computed_on_the_runs_device(monkeypatch, tmp_path
     GPU: its float32 (cuDNN's TF32 convolutions) moved FastPitch's durations from the CPU's on an
     H100 (benchmarks/gpu/results/2026-11-26-H100_SXM)."""
     from deploybench import jobs
+    from deploybench.jobs import measure as measure_jobs
 
     config = validated(smoke_config())
     spec = dbplan.plan_run(config, "tft", gpu, "ts-trace", "fp32").spec("accuracy")
@@ -187,7 +188,7 @@ def test_accuracy_reference_is_computed_on_the_runs_device(monkeypatch, tmp_path
         raise _Stop
 
     monkeypatch.setattr(family, "framework_outputs", framework_outputs)
-    monkeypatch.setattr(jobs, "load_family", lambda *a: family)
+    monkeypatch.setattr(measure_jobs, "load_family", lambda *a: family)
     monkeypatch.setattr("deploybench.checkpoint.read_workflow_checkpoint", lambda *a: None)
     monkeypatch.setattr(family, "serving_module", lambda checkpoint: None)
     with pytest.raises(_Stop):

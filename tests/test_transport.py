@@ -20,6 +20,7 @@ from deploybench import jobs, perf, triton_client
 from deploybench import plan as dbplan
 from deploybench.columns import CSV_COLUMNS, TRIAL_COLUMNS
 from deploybench.config import ConfigError, check_sizings, load_yaml
+from deploybench.jobs import measure as measure_jobs
 from deploybench.transport import Transport, of_spec, planned
 from tests.conftest import REPO, base_config, smoke_config, validated
 
@@ -316,8 +317,10 @@ def fake_job(monkeypatch, shm_dir: Path) -> list[dict[str, Any]]:
         perf_inputs=lambda seed, dataset=None: {"x": np.zeros((1, 4), np.float32)},
         perf_input_source=lambda seed, dataset=None: "zeros",
     )
-    monkeypatch.setattr(jobs, "load_family", lambda module, hparams: family)
-    monkeypatch.setattr(jobs, "_server", lambda *args: contextlib.nullcontext(FakeServer()))
+    monkeypatch.setattr(measure_jobs, "load_family", lambda module, hparams: family)
+    monkeypatch.setattr(
+        measure_jobs, "ready_server", lambda *args: contextlib.nullcontext(FakeServer())
+    )
     monkeypatch.setattr(triton_client, "served_inputs", lambda *args: None)
     monkeypatch.setattr(triton_client, "served_feeds", lambda sample, served: sample)
     monkeypatch.setattr(

@@ -8,7 +8,7 @@ TorchScript artifact on CUDA. Run on a lent GPU machine (benchmarks/gpu/README.m
 Per precision, with the workflow's own functions: the seeded checkpoint, the artifact
 (``ts-trace`` fp32 exported on the CPU as the export job does; fp16 made on the GPU as the
 convert job does), the repository (``repository.model_config`` from ``plan.serving`` of the
-entry's run, ``build_repository``), a ready server (``jobs._server``), then:
+entry's run, ``build_repository``), a ready server (``jobs.measure.ready_server``), then:
 
 * the served model's config as Triton reports it (instance kind, data types);
 * one request of the accuracy step's inputs over HTTP with Triton's binary tensor extension
@@ -106,7 +106,7 @@ def measure(args: argparse.Namespace, precision: str, tmp: Path) -> dict[str, An
     from deploybench.config import load_yaml, resolve
     from deploybench.convert import SERVED_TYPES, torchscript_fp16
     from deploybench.export import prepare_model
-    from deploybench.jobs import _server
+    from deploybench.jobs.measure import ready_server
     from deploybench.models import CHECKPOINT_FILES, framework_of
     from deploybench.repository import build_repository, model_config
     from deploybench.serving_plan import serving
@@ -154,7 +154,7 @@ def measure(args: argparse.Namespace, precision: str, tmp: Path) -> dict[str, An
     sent = {k: v.astype(types.get(str(v.dtype), v.dtype)) for k, v in feeds.items()}
     log = args.out / f"server-{precision}.log"
     began = time.monotonic()
-    with _server(str(repository), str(log), {"startup_timeout_s": 300}) as server:
+    with ready_server(str(repository), str(log), {"startup_timeout_s": 300}) as server:
         result["ready_s"] = round(time.monotonic() - began, 1)
         url = server.http_url
         served = get(f"http://{url}/v2/models/{args.model}/config")

@@ -1,0 +1,391 @@
+"""The jobs that serve a run: its Triton server, the accuracy check, the perf measurements
+(and the merge of a scenario measured in parts), and the image preflight."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import progress
+from .. import provenance as sidecar
+from ..gpus import FRAMEWORK_DEVICE
+from ..io import write_csv, write_json
+from ..models import load_family
+
+if TYPE_CHECKING:
+    from ..job_specs import (
+        AccuracySpec,
+        PerfSpec,
+    )
+    from ..preflight.spec import PreflightSpec
+
+log = logging.getLogger("deploybench")
+
+
+@contextlib.contextmanager
+def ready_server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Iterator[Any]:
+    """A ready server of ``repo``. Where its models build a TensorRT engine while they load
+    (onnx-trt), their engine cache is made and held while it starts (one build per run; see
+    deploybench.repository.engine_build_lock)."""
+    from ..repository import engine_build_lock
+    from ..server import TritonServer
+
+    server = TritonServer(
+        Path(repo),
+        Path(server_log),
+        startup_timeout_s=float(server_settings.get("startup_timeout_s", 120)),
+        shutdown_timeout_s=float(server_settings.get("shutdown_timeout_s", 30)),
+        environment=server_settings.get("environment"),
+    )
+    if server_settings.get("environment"):
+        log.info("server environment: %s", server_settings["environment"])
+    try:  # from before the server may exist: a SIGTERM anywhere from here on stops it
+        with engine_build_lock(Path(repo)) as caches:
+            server.start()
+        for cache in caches:
+            log.info("TensorRT engine cache %s: %s", cache, sorted(p.name for p in cache.iterdir()))
+        yield server
+    finally:
+        server.stop()
+
+
+def _client_timeout(server_settings: dict[str, Any]) -> float:
+    """How long a client waits for the server (longer where an engine may still be built)."""
+    from ..triton_client import DEFAULT_TIMEOUT_S
+
+    return float(server_settings.get("client_timeout_s", DEFAULT_TIMEOUT_S))
+
+
+def _perf_label(scenario: str, run_path: str, csv: str) -> str:
+    """How a measurement's progress lines name it: scenario and run, and a search's candidate
+    (``<run>/search/<variant>/online.csv``)."""
+    where = Path(csv).parent
+    if where.parent.name == "search":
+        return f"{scenario} {run_path} (search candidate {where.name})"
+    return f"{scenario} {run_path}"
+
+
+def accuracy(
+    spec: AccuracySpec,
+    *,
+    repository: str,
+    checkpoint: str,
+    csv: str,
+    task_csv: str,
+    provenance: str,
+    server_log: str,
+) -> None:
+    from ..accuracy import COLUMNS, TASK_COLUMNS, compare_outputs, format_failure, task_rows
+    from ..checkpoint import read_workflow_checkpoint
+    from ..errors import AccuracyError
+    from ..server import graceful_signals
+    from ..triton_client import infer_triton
+
+    model, model_name = spec["model"], spec["model_name"]
+    settings, run = spec["accuracy"], spec["run"]
+    family = load_family(model["module"], model["hparams"])
+    batch = int(settings["batch_size"])
+    started = time.monotonic()
+    progress.say(
+        "accuracy %s: framework reference on %s, %s …",
+        run["path"],
+        run["device"],
+        progress.count(batch, "sample"),
+    )
+    feeds = family.example_inputs(batch, int(settings["seed"]))
+    module = family.serving_module(read_workflow_checkpoint(family, checkpoint))
+    # on the device the run is served on, as DLE's run_inference_on_fw.py: a GPU's float32
+    # (cuDNN's TF32 convolutions) moves FastPitch's rounded durations from the CPU's
+    # (benchmarks/gpu/results/2026-11-26-H100_SXM)
+    reference = family.framework_outputs(module, feeds, FRAMEWORK_DEVICE[run["device"]])
+
+    task = settings.get("task") or {}
+    timeout_s = _client_timeout(spec["server"])
+    progress.say("accuracy %s: starting tritonserver (%s) …", run["path"], repository)
+    with graceful_signals(), ready_server(repository, server_log, spec["server"]) as server:
+        served = infer_triton(server.http_url, model_name, feeds, list(reference), timeout_s)
+        server_info = server.metadata()
+        # each row also holds the model's own quantities (arg-max flips, moved durations)
+        rows = compare_outputs(reference, served, settings["tolerance"], batch, family)
+        for row in rows:
+            log.info("accuracy %s", row)
+        if not all(r["passed"] for r in rows):
+            raise AccuracyError(
+                f"{run['path']}: Triton's output differs from the framework: {format_failure(rows)}"
+            )
+        progress.say(
+            "accuracy %s: %s compared (%s), all within tolerance",
+            run["path"],
+            progress.count(batch, "sample"),
+            progress.count(len(rows), "output"),
+        )
+        # engines: per_batch: each batch's own engine, at its batch (rows name the model)
+        batch_models = spec.get("batch_models") or {}
+        if batch_models:
+            rows = [row | {"model": model_name} for row in rows]
+        for text, name in batch_models.items():
+            own_feeds = family.example_inputs(int(text), int(settings["seed"]))
+            own_reference = family.framework_outputs(
+                module, own_feeds, FRAMEWORK_DEVICE[run["device"]]
+            )
+            own = infer_triton(server.http_url, name, own_feeds, list(own_reference), timeout_s)
+            own_rows = [
+                row | {"model": name}
+                for row in compare_outputs(
+                    own_reference, own, settings["tolerance"], int(text), family
+                )
+            ]
+            for row in own_rows:
+                log.info("accuracy %s", row)
+            if not all(r["passed"] for r in own_rows):
+                raise AccuracyError(
+                    f"{run['path']}: the engine of batch {text} (model {name}) differs from the "
+                    f"framework: {format_failure(own_rows)}"
+                )
+            rows += own_rows
+            progress.say(
+                "accuracy %s: batch %s's engine (model %s) within tolerance",
+                run["path"],
+                text,
+                name,
+            )
+        if task.get("path"):
+            progress.say("accuracy %s: task metric on %s …", run["path"], task["path"])
+        metrics = task_rows(
+            family,
+            task,
+            lambda batch_feeds: infer_triton(
+                server.http_url,
+                model_name,
+                batch_feeds,
+                [s.name for s in family.outputs],
+                timeout_s,
+            ),
+        )
+    for metric in metrics:
+        log.info("task metric %s", metric)
+    failed = [m for m in metrics if m["passed"] is False]
+    if failed:
+        raise AccuracyError(f"{run['path']}: task metric below its threshold: {failed}")
+    write_csv(csv, rows, [*COLUMNS, "model"] if batch_models else COLUMNS)
+    write_csv(task_csv, metrics, TASK_COLUMNS)
+    progress.say(
+        "accuracy %s: done in %s; %s",
+        run["path"],
+        progress.format_duration(time.monotonic() - started),
+        csv,
+    )
+    write_json(
+        provenance,
+        sidecar.collect(csv, {"accuracy": settings, **run}, tritonserver=server_info),
+    )
+
+
+def perf(
+    spec: PerfSpec,
+    *,
+    repository: str,
+    csv: str,
+    trials: str,
+    provenance: str,
+    server_log: str,
+    perf_log: str,
+) -> None:
+    """One scenario (offline | online): perf_analyzer over its points, ``measure.trials``
+    times each (alternating), one server. ``csv``: a row per point (trials' mean and 95 %
+    intervals); ``trials``: a row per trial."""
+    from ..columns import TRIAL_COLUMNS
+    from ..perf import COLUMNS as PERF_COLUMNS
+    from ..perf import (
+        MeasureSettings,
+        Point,
+        inputs_digest,
+        measure_point,
+        measure_trials,
+        output_bytes_per_sample,
+        read_input_files,
+        shared_memory_guard,
+        summarize,
+        write_input_data,
+    )
+    from ..server import graceful_signals
+    from ..transport import of_spec
+    from ..triton_client import infer_triton, served_feeds, served_inputs
+
+    scenario, run = spec["scenario"], spec["run"]
+    model, model_name = spec["model"], spec["model_name"]
+    family = load_family(model["module"], model["hparams"])
+    settings = MeasureSettings(**spec["measure"])
+    # how perf_analyzer reaches the server, as planned (a CPU device's stand-in for CUDA
+    # shared memory included); each row says which it used
+    transport = of_spec(spec["transport"])
+    if spec["transport"].get("fallback"):
+        log.warning("%s", spec["transport"]["fallback"])
+    Path(perf_log).parent.mkdir(parents=True, exist_ok=True)
+    identity = {
+        **{k: run[k] for k in ("model", "gpu", "format", "precision")},
+        "scenario": scenario,
+        "protocol": transport.protocol,
+        "shared_memory": transport.shared_memory,
+    }
+    timeout_s = _client_timeout(spec["server"])
+    points = [Point(int(p["batch"]), int(p["concurrency"])) for p in spec["points"]]
+    label = _perf_label(scenario, run["path"], csv)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
+        input_data = Path(tmp) / "data.json"
+        # one example, made as the seed page's perf data was (Family.perf_inputs)
+        # DLE's own input files (perf.input_data), or the family's
+        if spec.get("input_data"):
+            sample = read_input_files(Path(spec["input_data"]), family.inputs)
+            input_source = f"{spec['input_data']}: raw input files (perf.input_data)"
+        else:
+            sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
+            input_source = family.perf_input_source(seed=0, dataset=spec.get("dataset_path"))
+        progress.say("%s: starting tritonserver (%s) …", label, repository)
+        with (
+            graceful_signals(),
+            ready_server(repository, server_log, spec["server"]) as server,
+            contextlib.ExitStack() as stack,
+        ):
+            server_info = server.metadata()
+            # perf_analyzer gets the inputs the served model takes (a native backend serves
+            # the artifact's own inputs; see served_feeds).
+            feeds = served_feeds(sample, served_inputs(server.http_url, model_name, timeout_s))
+            write_input_data(feeds, input_data)
+            stack.enter_context(
+                shared_memory_guard(transport, list(feeds), [s.name for s in family.outputs])
+            )
+            outputs = infer_triton(
+                server.http_url, model_name, sample, [s.name for s in family.outputs], timeout_s
+            )
+            output_bytes = output_bytes_per_sample(outputs.values())
+
+            # engines: per_batch (offline): each batch on the model of its own engine
+            batch_models = spec.get("batch_models") or {}
+
+            def measure(point: Point, warm_up: bool, rate: float | None) -> dict[str, Any]:
+                row = measure_point(
+                    model_name=batch_models.get(str(point.batch), model_name),
+                    url=server.url(transport.protocol),
+                    transport=transport,
+                    point=point,
+                    input_data=input_data,
+                    settings=settings,
+                    log_file=Path(perf_log),
+                    check_server=server.check_alive,
+                    output_bytes_per_sample=output_bytes,
+                    warm_up=warm_up,
+                    rate=rate,
+                )
+                log.info("%s %s: %s", scenario, point, row)
+                return row
+
+            progress.say(
+                "%s: measuring %s × %s …",
+                label,
+                progress.count(len(points), "point"),
+                progress.count(settings.trials, "trial"),
+            )
+            trial_rows = measure_trials(
+                points,
+                settings.trials,
+                measure,
+                lambda done: progress.say("%s", progress.trial_line(label, done)),
+            )
+    write_csv(trials, [identity | row for row in trial_rows], TRIAL_COLUMNS)
+    rows = [identity | row for row in summarize(trial_rows, settings.max_ci_pct)]
+    write_csv(csv, rows, PERF_COLUMNS)
+    unstable = [
+        f"batch {r['batch']} concurrency {r['concurrency']}: {r['unstable_reason']}"
+        for r in rows
+        if r["unstable_reason"]
+    ]
+    progress.say(
+        "%s: done in %s, %s, %s; %s",
+        label,
+        progress.format_duration(time.monotonic() - started),
+        progress.count(len(rows), "point"),
+        f"{len(unstable)} unstable ({'; '.join(unstable)})" if unstable else "all stable",
+        csv,
+    )
+    config = {
+        "scenario": scenario,
+        "points": spec["points"],
+        "measure": spec["measure"],
+        "transport": spec["transport"],
+        # what the rows were measured with: the weights (None: seeded) and the example sent
+        "checkpoint": spec["model"].get("checkpoint"),
+        "server_environment": spec["server"].get("environment") or {},
+        "inputs": {
+            "source": input_source,
+            "sha256": inputs_digest(sample),
+            "files": spec.get("input_data"),
+        },
+        **run,
+    }
+    if spec.get("batch_models"):  # the model each batch was measured on
+        config["batch_models"] = spec["batch_models"]
+    write_json(provenance, sidecar.collect(csv, config, tritonserver=server_info))
+
+
+def merge_parts(
+    spec: dict[str, str],
+    *,
+    part_csvs: list[str],
+    part_trials: list[str],
+    part_provenances: list[str],
+    csv: str,
+    trials: str,
+    provenance: str,
+) -> None:
+    """A scenario measured in parts: its CSVs and provenance from the parts' (in order)."""
+    from ..parts import merge
+
+    merge(
+        part_csvs=part_csvs,
+        part_trials=part_trials,
+        part_provenances=part_provenances,
+        csv=csv,
+        trials=trials,
+        provenance=provenance,
+    )
+    log.info("%s %s: merged %d parts", spec["run"], spec["scenario"], len(part_csvs))
+
+
+def preflight(spec: PreflightSpec, *, report: str, log_report: str) -> None:
+    """What the runs on one GPU need of one image, checked where they run (see
+    :mod:`deploybench.preflight`). The report goes to ``log_report`` always (Snakemake keeps a
+    failed job's logs, not its outputs), and to ``report`` only when no check failed."""
+    import datetime as dt
+    import time
+
+    from .. import preflight as checks
+    from ..server import graceful_signals
+
+    started = time.monotonic()
+    with graceful_signals():  # SIGTERM unwinds, so the server and temp files go too
+        results = checks.run_checks(spec)
+    ok = not any(c.status == checks.FAIL for c in results)
+    log.info("preflight of %s on %s:\n%s", spec["image"], spec["gpu"], checks.table(results))
+    record = {
+        "gpu": spec["gpu"],
+        "image": spec["image"],
+        "role": spec["role"],
+        "device": spec["device"],
+        "ok": ok,
+        "checks": [c.as_dict() for c in results],
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(time.monotonic() - started, 1),
+        "spec": dict(spec),
+        "host": sidecar.host(),
+        "container": sidecar.container(),
+    }
+    write_json(log_report, record)
+    checks.raise_on_failure(spec, results)
+    write_json(report, record)

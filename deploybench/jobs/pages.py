@@ -1,0 +1,139 @@
+"""The jobs that draw: one run's charts and one model's report page."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..io import write_text
+
+if TYPE_CHECKING:
+    from ..job_specs import (
+        PlotsSpec,
+        ReportSpec,
+    )
+
+log = logging.getLogger("deploybench")
+
+
+def plots(
+    spec: PlotsSpec, *, offline: str, online: str, published: str, config: dict[str, Any]
+) -> None:
+    """The charts of one run: ``spec["stems"]`` maps a chart name to its file stem; each is
+    drawn by the function ``plots.run_chart`` registered for it."""
+    import altair as alt  # the charts' (named here: the driver image must hold it)
+    import pandas as pd
+
+    from .. import plots as charts
+    from ..report import no_published_reason, published_rows, reference_rows
+
+    table, run_path = pd.read_csv(published), spec["run_path"]
+    inputs = charts.ChartInputs(
+        offline=pd.read_csv(offline),
+        online=pd.read_csv(online),
+        published=published_rows(config, table, run_path),
+        # Nothing published for the run (a CPU run): the seed page's GPU rows beside it instead.
+        reference=reference_rows(config, table, run_path),
+        no_published_reason=no_published_reason(config, run_path),
+    )
+    built: dict[str, alt.TopLevelMixin] = charts.draw_run_charts(inputs)
+    options = spec["options"]
+    for name, stem in spec["stems"].items():
+        # sized: a faceted chart (several configurations) takes the size per cell.
+        chart = charts.sized(built[name], options["width"], options["height"])
+        charts.save(chart, Path(stem))
+        log.info("%s: %s", name, stem)
+
+
+def report(
+    spec: ReportSpec, *, published: str, markdown: str, html: str, config: dict[str, Any]
+) -> None:
+    """One model's page: every run's configuration, plots, tables and provenance, the
+    comparison across its runs, and measured vs published per point."""
+    import os
+
+    import pandas as pd
+
+    from .. import plots as charts
+    from ..report import (
+        between_runs_section,
+        chart_image,
+        publication_gate,
+        published_notes,
+        published_rows,
+        ratios,
+        read_json,
+        reference_note,
+        render_html,
+        run_section,
+        search_section,
+        summary_section,
+    )
+
+    model, runs, options = spec["model"], spec["runs"], spec["options"]
+    reference = pd.read_csv(published)
+    here = Path(markdown).parent
+    sections: list[str] = []
+    comparisons: dict[str, pd.DataFrame] = {}
+    notes: dict[str, list[str]] = {}  # run → what its published comparison must say
+    frames: dict[str, list[pd.DataFrame]] = {"offline": [], "online": []}
+    measured: dict[str, pd.DataFrame] = {}  # run → its points, in the listed order
+    for run in runs:
+        offline, online = pd.read_csv(run["offline"]), pd.read_csv(run["online"])
+        frames["offline"].append(offline)
+        frames["online"].append(online)
+        measured[run["path"]] = pd.concat([offline, online], ignore_index=True)
+        plots = [os.path.relpath(p, here) for p in run["plots"]]
+        provenance = read_json(run["provenance"])
+        provenance["config"]["accelerator"] = run["accelerator"]
+        conversion = run.get("conversion")
+        if conversion:  # the artifact's conversion record (TF-TRT: its engines)
+            provenance["conversion"] = read_json(conversion).get("conversion")
+        sections.append(run_section(run["path"], offline, online, provenance, plots))
+        if run["search"]:
+            search = run["search"]
+            sections.append(
+                search_section(
+                    run["path"],
+                    pd.read_csv(search["csv"]),
+                    read_json(search["choice"]),
+                    os.path.relpath(search["chart"], here),
+                    nested=True,
+                )
+            )
+        matched = published_rows(config, reference, run["path"])
+        notes[run["path"]] = published_notes(config, reference, run["path"])
+        blockers, passed = publication_gate(config, run, provenance)
+        if not matched.empty and blockers:  # shown for reference, never as a ratio
+            notes[run["path"]].append(
+                f"Not set beside its {len(matched)} published rows: {'; '.join(blockers)}."
+            )
+            matched = matched.iloc[:0]
+        elif not matched.empty and passed:
+            notes[run["path"]].append(f"Preflight passed: {', '.join(passed)}.")
+        comparisons[run["path"]] = ratios(measured[run["path"]], matched)
+        # nothing published for it (a CPU run): which rows its published charts show instead
+        instead = reference_note(config, reference, run["path"])
+        notes[run["path"]] += [instead] if instead else []
+    comparison_plots = []
+    for scenario, stem in spec["stems"].items():
+        chart = charts.sized(
+            charts.comparison(pd.concat(frames[scenario]), scenario),
+            options["width"],
+            options["height"],
+        )
+        charts.save(chart, Path(stem))
+        comparison_plots.append(os.path.relpath(f"{stem}.png", here))
+    text = "\n\n".join(
+        [
+            f"# {model}: Triton Inference Server performance",
+            "Configurations compared: " + ", ".join(r["path"] for r in runs),
+            *[chart_image(p) for p in comparison_plots],
+            summary_section(comparisons, notes),
+            between_runs_section(measured),
+            *sections,
+        ]
+    )
+    write_text(markdown, text + "\n")
+    write_text(html, render_html(text, f"{model} performance"))
