@@ -232,20 +232,31 @@ class PreparedModel:
     def export(
         self, spec: Mapping[str, Any], out: str | Path, source: str | Path | None = None
     ) -> dict[str, Any]:
-        """The export job's export to ``out``: ``spec`` is its spec (``ExportPlan.spec()``:
-        export_format, precision, opset, tolerance, check_batch); ``source``: the export it is
-        made from, if any. Returns the runtime check's report."""
-        return export_model(
-            self.family,
-            self.checkpoint,
-            spec["export_format"],
-            spec["precision"],
-            out,
-            opset=int(spec["opset"]),
-            tolerance=spec["tolerance"],
-            check_batch=int(spec["check_batch"]),
-            source=source,
-        )
+        """The export job's export to ``out`` (:func:`export_spec`)."""
+        return export_spec(self.family, self.checkpoint, spec, out, source)
+
+
+def export_spec(
+    family: Family,
+    checkpoint: dict[str, Any],
+    spec: Mapping[str, Any],
+    out: str | Path,
+    source: str | Path | None = None,
+) -> dict[str, Any]:
+    """The export job's export to ``out``: ``spec`` is its spec (``ExportPlan.spec()``:
+    export_format, precision, opset, tolerance, check_batch); ``source``: the export it is made
+    from, if any. Returns the runtime check's report."""
+    return export_model(
+        family,
+        checkpoint,
+        spec["export_format"],
+        spec["precision"],
+        out,
+        opset=int(spec["opset"]),
+        tolerance=spec["tolerance"],
+        check_batch=int(spec["check_batch"]),
+        source=source,
+    )
 
 
 def prepare_model(identity: Mapping[str, Any], checkpoint_file: str | Path) -> PreparedModel:

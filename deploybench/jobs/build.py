@@ -61,7 +61,7 @@ def export(
 ) -> None:
     """``source``: the export this one is made from, if the model makes it from another one."""
     from ..checkpoint import read_workflow_checkpoint
-    from ..export import export_model
+    from ..export import export_spec
 
     model = spec["model"]
     made_from = source[0] if source else None
@@ -74,17 +74,8 @@ def export(
         f" from {made_from}" if made_from else "",
         artifact,
     )
-    report = export_model(
-        family,
-        read_workflow_checkpoint(family, checkpoint),
-        spec["export_format"],
-        spec["precision"],
-        artifact,
-        opset=spec["opset"],
-        tolerance=spec["tolerance"],
-        check_batch=spec["check_batch"],
-        source=made_from,
-    )
+    checkpoint_state = read_workflow_checkpoint(family, checkpoint)
+    report = export_spec(family, checkpoint_state, spec, artifact, source=made_from)
     log.info("exported %s; runtime check: %s", artifact, report)
     progress.say(
         "export: %s done in %s, within tolerance in %s",
