@@ -1,5 +1,7 @@
 """Conversions from an export to the served artifact.
 
+Over 600 lines on purpose: the three GPU conversion paths share their checks and NeedsGPU stop.
+
 ``tensorrt`` (ONNX -> TensorRT plan with ``trtexec``), ``torchscript-fp16`` (TorchScript on CUDA
 in half precision) and ``tf-trt`` (SavedModel -> TF-TRT SavedModel) need a GPU: TensorRT engines
 are built for the GPU they run on, so converted artifacts are keyed on ``{gpu}``. On a machine

@@ -1,5 +1,7 @@
 """Altair charts of the perf CSVs, drawn like the graphs on NVIDIA's "Deploying on Triton" pages.
 
+Over 600 lines on purpose: every run chart and its registration sit together, sharing chart_kit.
+
 Offline (static batching): throughput and latency quantiles vs batch size. Online (dynamic
 batching): the stacked latency breakdown and throughput vs p99 latency over the concurrency sweep.
 Every chart draws one series per *configuration* ("gpu/format/precision"), so runs concatenated

@@ -1,5 +1,7 @@
 """The serving-configuration search: candidates, the quick walk, and the choice.
 
+Over 600 lines on purpose: candidates, the quick walk and the choice read one variant model.
+
 A *variant* is one way Triton serves a run's one artifact: model instances, max batch size with
 its preferred batch sizes, max queue delay and, on CPU, the runtime threads per instance. Its
 name spells every setting (``i2-b1024-p512.1024-q1``, ``-t1`` on CPU), so a candidate is the

@@ -254,7 +254,7 @@ class KerasFamily(Family):
         # TensorFlow is PyPI's 2.17.0, built for cuDNN 8.9 (its METADATA: `nvidia-cudnn-cu12
         # ==8.9.7.29; extra == 'and-cuda'`) while the image has cuDNN 9, so it sees no GPU
         # there. A fidelity check needs no GPU; DLE computed its reference on the GPU
-        # (plan.CPU_REFERENCE_FRAMEWORKS).
+        # (preflight_plan.CPU_REFERENCE_FRAMEWORKS).
         import tensorflow as tf
 
         with tf.device("/CPU:0"):

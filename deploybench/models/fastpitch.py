@@ -1,5 +1,7 @@
 """FastPitch (Łańcucki, 2021) as deployed by DeepLearningExamples.
 
+Over 600 lines on purpose: one model, one module: its network, checkpoint layout and inputs.
+
 A compact re-implementation of the network DLE's FastPitch 1.0 deploys on Triton
 (``PyTorch/SpeechSynthesis/FastPitch``, checkpoint ``nvidia_fastpitch_200518.pt``): symbol
 embedding plus sinusoidal positions, a feed-forward transformer (FFT) encoder, duration and

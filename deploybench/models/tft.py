@@ -1,5 +1,7 @@
 """Temporal Fusion Transformer (Lim et al., 2019) as deployed by DeepLearningExamples.
 
+Over 600 lines on purpose: one model, one module: its network, checkpoint layout and data set.
+
 A compact re-implementation of the architecture that DLE's TFT deploys on Triton: input
 embeddings, variable selection networks (VSN) built from gated residual networks (GRN), a static
 covariate encoder, LSTM encoder/decoder, interpretable multi-head attention and a quantile head.
