@@ -44,6 +44,21 @@ def base_config() -> dict[str, Any]:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
+def seed_models(config: dict[str, Any]) -> set[str]:
+    """The model entries that reproduce a seed page's model: those whose published model
+    (``reference.model``, by default the entry's name) has rows in the shipped published table.
+    A model added without a seed page is not one: the tests of DLE's facts leave it out."""
+    import csv
+
+    with (REPO / "config" / "reference" / "published.csv").open() as f:
+        published = {row["model"] for row in csv.DictReader(f)}
+    return {
+        name
+        for name, settings in config["models"].items()
+        if settings.get("reference", {"model": name})["model"] in published
+    }
+
+
 def validated(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` as the workflow sees it: checked against the schema, its defaults filled in."""
     from snakemake.utils import validate

@@ -23,7 +23,7 @@ from deploybench.serving_plan import container_free, serving
 from deploybench.tensors import TensorSpec
 from deploybench.triton_client import served_feeds
 from deploybench.triton_config import build_model_config, to_pbtxt
-from tests.conftest import REPO, base_config, smoke_config
+from tests.conftest import REPO, base_config, seed_models, smoke_config
 
 SEEDS = REPO.parent / "shared" / "seeds"
 pytestmark = pytest.mark.skipif(not SEEDS.exists(), reason=f"{SEEDS} not present")
@@ -213,7 +213,9 @@ def test_model_config_names_bad_values():
 
 def test_every_native_config_has_the_seed_pages_parameters():
     seeds = seed_parameters()
-    runs = list(native_configs())
+    # every model of a seed page has its parameters here; a model added without one has none
+    assert set(seeds) == seed_models(base_config())
+    runs = [run for run in native_configs() if run.model in seeds]
     assert {r.format for r in runs} == set(PLATFORMS)
     # the seed's --tensorrt-max-workspace-size (8 GiB) sizes its trt conversion; its deploy step
     # gives ONNX Runtime's accelerator none: Model Navigator's default (tests/test_bert_engines.py)

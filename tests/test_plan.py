@@ -432,6 +432,23 @@ def test_every_new_gpu_plans_the_published_formats(gpu):
     assert plan_preflight(config, gpu, "triton-25.02-tf")["device"] == "gpu"
 
 
+@pytest.mark.parametrize("gpu", sorted(base_config()["gpus"]))
+def test_every_configured_gpu_plans_its_runs_and_their_images_preflight(gpu):
+    """A GPU is one config block: read from the config, each one's runs (every model, format
+    and precision the config allows on it) plan, and so does the preflight of every image they
+    run in. No test names a new GPU for it to be planned here."""
+    config = workflow_config()
+    runs = [run for run in all_runs(config) if run.split("/")[1] == gpu]
+    assert runs, f"gpu {gpu!r}: the config allows no run on it"
+    images = set()
+    for run in runs:
+        plan = dbplan.plan_run(config, *run.split("/"))
+        assert plan.gpu == gpu
+        images.update(plan.containers.values())
+    for image in sorted(images):
+        assert plan_preflight(config, gpu, image)["gpu"] == gpu
+
+
 def test_compute_capabilities_compare_as_numbers():
     from deploybench.gpus import capability
 

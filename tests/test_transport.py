@@ -22,7 +22,7 @@ from deploybench.columns import CSV_COLUMNS, TRIAL_COLUMNS
 from deploybench.config import ConfigError, check_sizings, load_yaml
 from deploybench.jobs import measure as measure_jobs
 from deploybench.transport import Transport, of_spec, planned
-from tests.conftest import REPO, base_config, smoke_config, validated
+from tests.conftest import REPO, base_config, seed_models, smoke_config, validated
 
 # DLE's transport per model and scenario (protocol, shared memory) and the runner it comes from
 # (NVIDIA/DeepLearningExamples at 729963dd47e7c8bd462ad10bfac7a7b0b604e6dd).
@@ -104,7 +104,7 @@ def command(spec: dict[str, Any], tmp_path: Path, output_bytes: int = 0) -> list
 
 
 def test_every_model_measures_in_its_runners_mode_on_a_gpu_and_in_requests_on_the_cpu(config):
-    assert set(MEASUREMENT) == set(config["models"])
+    assert set(MEASUREMENT) == seed_models(config)
     for model, (mode, interval_ms, requests) in MEASUREMENT.items():
         measure = dbplan.plan_run(config, model, *GPU_RUNS[model]).measure
         assert measure["measurement_mode"] == mode, model
@@ -117,7 +117,7 @@ def test_every_model_measures_in_its_runners_mode_on_a_gpu_and_in_requests_on_th
 
 
 def test_every_configured_model_has_its_dle_transport(config):
-    assert {model for model, _ in DLE} == set(config["models"]) == set(GPU_RUNS)
+    assert {model for model, _ in DLE} == seed_models(config) == set(GPU_RUNS)
     for (model, scenario), (protocol, shared_memory) in DLE.items():
         configured = config["models"][model]["perf"][scenario]["transport"]
         assert configured == {"protocol": protocol, "shared_memory": shared_memory}, model
