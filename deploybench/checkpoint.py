@@ -8,6 +8,7 @@ unpickling, saving) are ``deploybench.checkpoint_io``'s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,18 @@ def read_workflow_checkpoint(family: Family, path: str | Path) -> dict[str, Any]
 def write_seeded_checkpoint(family: Family, seed: int, out: str | Path) -> None:
     """Write the seeded initialisation; same seed → same bytes."""
     save_checkpoint(family, family.init_state(seed), out)
+
+
+def prepare_model_checkpoint(family: Family, model: Mapping[str, Any], out: str | Path) -> str:
+    """:func:`prepare_checkpoint` for the model a job spec names (``ModelPlan.identity``:
+    checkpoint, checkpoint_ema, seed), as the ``prepare_checkpoint`` job makes it."""
+    return prepare_checkpoint(
+        family,
+        model.get("checkpoint"),
+        int(model["seed"]),
+        out,
+        ema=bool(model.get("checkpoint_ema")),
+    )
 
 
 def prepare_checkpoint(

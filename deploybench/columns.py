@@ -295,8 +295,7 @@ CSV_COLUMNS: list[str] = csv_columns(PERF_COLUMNS)
 TRIAL_COLUMNS: list[str] = trial_columns(PERF_COLUMNS)
 INTERVAL_COLUMNS: dict[str, str] = interval_columns(PERF_COLUMNS)
 MEASURED: list[str] = averaged(PERF_COLUMNS)  # averaged over trials
-# perf_analyzer's heading → our column: throughput taken as it is, latencies from µs to ms.
-THROUGHPUT_COLUMNS: dict[str, str] = perf_analyzer_headings(PERF_COLUMNS, ("throughput",))
+# perf_analyzer's heading → our column for the latencies (from µs to ms).
 LATENCY_COLUMNS: dict[str, str] = perf_analyzer_headings(PERF_COLUMNS, LATENCY_ROLES)
 TABLE_LABELS: dict[str, str] = table_labels(PERF_COLUMNS)
 SUMMARY_CELLS: dict[str, SummaryCell] = summary_cells(PERF_COLUMNS)

@@ -263,15 +263,9 @@ def prepare_model(identity: Mapping[str, Any], checkpoint_file: str | Path) -> P
     """The model's checkpoint written to ``checkpoint_file`` as the ``prepare_checkpoint`` job
     writes it, and read back. ``identity``: what a job spec names the model by (module, hparams,
     checkpoint, checkpoint_ema, seed: ``ModelPlan.identity``)."""
-    from .checkpoint import prepare_checkpoint, read_workflow_checkpoint
+    from .checkpoint import prepare_model_checkpoint, read_workflow_checkpoint
 
     family = load_family(identity["module"], dict(identity["hparams"]))
     path = Path(checkpoint_file)
-    origin = prepare_checkpoint(
-        family,
-        identity.get("checkpoint"),
-        int(identity["seed"]),
-        path,
-        ema=bool(identity.get("checkpoint_ema")),
-    )
+    origin = prepare_model_checkpoint(family, identity, path)
     return PreparedModel(family, read_workflow_checkpoint(family, path), path, origin)

@@ -26,17 +26,11 @@ log = logging.getLogger("deploybench")
 
 
 def make_checkpoint(spec: CheckpointSpec, *, checkpoint: str, provenance: str) -> None:
-    from ..checkpoint import prepare_checkpoint  # torch: imported by the jobs that need it
+    from ..checkpoint import prepare_model_checkpoint  # torch: imported by the jobs that need it
 
     model = spec["model"]
     family = load_family(model["module"], model["hparams"])
-    origin = prepare_checkpoint(
-        family,
-        model.get("checkpoint"),
-        int(model["seed"]),
-        checkpoint,
-        ema=bool(model.get("checkpoint_ema")),
-    )
+    origin = prepare_model_checkpoint(family, model, checkpoint)
     log.info("checkpoint %s from %s", checkpoint, origin)
     write_json(provenance, sidecar.collect(checkpoint, dict(model), origin=origin))
 
