@@ -16,10 +16,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .columns import DERIVED, PERF_COLUMNS, Column
 from .errors import PerfError
+
+if TYPE_CHECKING:
+    from .tails import MeasuredWindow
+    from .telemetry import WindowTelemetry
 
 PERF_ANALYZER = "perf_analyzer"
 
@@ -138,6 +142,77 @@ def perf_analyzer(output: PerfAnalyzerOutput, columns: Sequence[Column]) -> dict
                 f"its CSV has {list(raw)}, its stdout {sorted(PERF_ANALYZER_STDOUT)}"
             )
     return values
+
+
+# --- perf_analyzer's per-request export -------------------------------------------------------
+
+PROFILE_EXPORT = "profile_export"
+
+
+@collector(PROFILE_EXPORT)
+def profile_export(output: MeasuredWindow, columns: Sequence[Column]) -> dict[str, Any]:
+    """The trial's measured windows as perf_analyzer's ``--profile-export-file`` records them
+    (:func:`deploybench.tails.read_profile_export`): a column's ``key`` names an attribute
+    (``latencies_ms``: every request's latency, sorted; ``requests``: how many)."""
+    values = {}
+    for column in columns:
+        value = getattr(output, str(column.key))
+        values[column.name] = list(value) if column.kind == "list" else value
+    return values
+
+
+# --- the energy meter ---------------------------------------------------------------------------
+
+ENERGY = "energy"
+
+
+@dataclass(frozen=True)
+class EnergyOutput:
+    """A trial's energy: the meter's telemetry over perf_analyzer's measured windows (None: not
+    measured, ``status`` says why), the inferences those windows completed, and the idle power
+    the job measured before its first trial (None: not measured)."""
+
+    status: str  # the meter ("nvml", "rapl") or "not measured: <why>"
+    telemetry: WindowTelemetry | None
+    inferences: int
+    idle_power_w: float | None = None
+    power_limit_w: float | None = None
+
+
+def energy_values(output: EnergyOutput) -> dict[str, Any]:
+    """Every energy column's value (by key) of one trial; None for what was not measured."""
+    from .telemetry import throttle_names  # ctypes and threads: only where energy is measured
+
+    window = output.telemetry
+    values: dict[str, Any] = {"energy_status": output.status}
+    if window is None or output.inferences <= 0:
+        return values | {"throttled": None, "throttle_reasons": ""}
+    above = None
+    if output.idle_power_w is not None:
+        above = (window.energy_j - output.idle_power_w * window.seconds) / output.inferences
+    reasons = throttle_names(window.throttle_reasons or 0)
+    return values | {
+        "energy_per_inference_j": window.energy_j / output.inferences,
+        "energy_above_idle_per_inference_j": above,
+        "power_mean_w": window.power_mean_w,
+        "power_max_w": window.power_max_w,
+        "idle_power_w": output.idle_power_w,
+        "sm_clock_mhz": window.sm_clock_mhz,
+        "mem_clock_mhz": window.mem_clock_mhz,
+        "temperature_c": window.temperature_c,
+        "power_limit_w": output.power_limit_w,
+        "gpu_util_pct": window.gpu_util_pct,
+        "memory_used_mib": window.memory_used_mib,
+        "throttled": bool(reasons) if window.throttle_reasons is not None else None,
+        "throttle_reasons": "; ".join(reasons),
+    }
+
+
+@collector(ENERGY)
+def energy(output: EnergyOutput, columns: Sequence[Column]) -> dict[str, Any]:
+    """The energy columns of a trial (:func:`energy_values`; a column's ``key`` names one)."""
+    values = energy_values(output)
+    return {c.name: values.get(str(c.key)) for c in columns}
 
 
 check_sources(PERF_COLUMNS)

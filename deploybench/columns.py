@@ -28,18 +28,23 @@ Role = Literal[
 LATENCY_ROLES: tuple[Role, ...] = ("component", "quantile")
 INTERVAL_SUFFIX = "_ci95"
 # A value's type: how its source's text is read, and how its trials combine.
-Kind = Literal["float", "int", "bool", "str"]
+Kind = Literal["float", "int", "bool", "str", "list"]  # list: a trial's own values, never in a CSV
 # How a point's trials combine into its row:
 #   key      the point's identity (its trials share it)
 #   mean     the trials' mean (to 6 decimals); with `interval`, its 95 % half-width beside it
 #   sum, min, max   over the trials; None when any trial has none
 #   any, all        of the trials' flags
 #   first    the first trial's value
+#   union    the trials' distinct texts, in order, joined by "; " (empty ones left out)
+#   pooled   computed by `pool` from the trials' rows together (a percentile over every
+#            request of every trial, say)
 #   count    how many trials
 #   verdict  judged by perf.summarize from the trials as a whole (not one column's values)
 #   None     not per trial: the job sets it for the scenario's every row (the run, the
 #            transport), or a trials-only column
-Aggregate = Literal["key", "mean", "sum", "min", "max", "any", "all", "first", "count", "verdict"]
+Aggregate = Literal[
+    "key", "mean", "sum", "min", "max", "any", "all", "first", "union", "pooled", "count", "verdict"
+]
 # A column whose value is computed from the trial's other values, not read from a tool.
 DERIVED = "derived"
 
@@ -68,6 +73,8 @@ class Column:
     kind: Kind = "float"
     divisor: float = 1.0  # the source's unit over ours: perf_analyzer's µs to our ms, 1000
     derive: Callable[[Mapping[str, Any]], Any] | None = None  # DERIVED: the value of a trial
+    # aggregate "pooled": the point's value from its trials' rows (in measurement order)
+    pool: Callable[[Sequence[Mapping[str, Any]]], Any] | None = None
     aggregate: Aggregate | None = None
     interval: bool = False  # a mean with its 95 % half-width column (`<name>_ci95`)
     in_points: bool = True  # in the perf CSV (a row per point)
@@ -95,6 +102,73 @@ def measured_seconds(values: Mapping[str, Any], batch: int) -> float | None:
 def _trial_seconds(trial: Mapping[str, Any]) -> float | None:
     seconds = measured_seconds(trial, int(trial["batch"]))
     return None if seconds is None else round(seconds, 3)
+
+
+# The tail percentile whose backing the pooled columns judge, and the confidence of its bound
+# (MLPerf's early stopping: deploybench.tails).
+TAIL_PERCENTILE = 0.99
+TAIL_CONFIDENCE = 0.99
+
+
+def _pooled_latencies(trials: Sequence[Mapping[str, Any]]) -> list[float] | None:
+    """Every request's latency (ms) of the point's trials, sorted; None when a trial has no
+    per-request record (a CSV row, a trial measured without the profile export)."""
+    pooled: list[float] = []
+    for trial in trials:
+        latencies = trial.get("latencies_ms")
+        if latencies is None:
+            return None
+        pooled.extend(latencies)
+    return sorted(pooled)
+
+
+def _p99_pooled(trials: Sequence[Mapping[str, Any]]) -> float | None:
+    from .tails import percentile  # columns stays a leaf module at import
+
+    latencies = _pooled_latencies(trials)
+    return round(percentile(latencies, TAIL_PERCENTILE), 6) if latencies else None
+
+
+def _p99_bound(trials: Sequence[Mapping[str, Any]]) -> float | None:
+    from .tails import early_stopping_bound
+
+    latencies = _pooled_latencies(trials)
+    if latencies is None:
+        return None
+    estimate = early_stopping_bound(latencies, TAIL_PERCENTILE, TAIL_CONFIDENCE).estimate_ms
+    return None if estimate is None else round(estimate, 6)
+
+
+def _tail_note(trials: Sequence[Mapping[str, Any]]) -> str:
+    from .tails import early_stopping_bound, tail_note
+
+    latencies = _pooled_latencies(trials)
+    if latencies is None:
+        return "no per-request record"
+    return tail_note(early_stopping_bound(latencies, TAIL_PERCENTILE, TAIL_CONFIDENCE))
+
+
+def _energy(
+    name: str,
+    aggregate: Aggregate,
+    table: str | None = None,
+    kind: Kind = "float",
+    interval: bool = False,
+    summary: SummaryCell | None = None,
+) -> Column:
+    """A value of the trial's energy meter (NVML on a GPU, RAPL on a CPU: deploybench.telemetry)
+    over perf_analyzer's measured windows; empty where the meter measured nothing (never 0)."""
+    return Column(
+        name,
+        "metric",
+        source="energy",
+        key=name,
+        kind=kind,
+        aggregate=aggregate,
+        interval=interval,
+        table_label=table,
+        summary=summary,
+    )
 
 
 def _perf(
@@ -161,9 +235,38 @@ DEFINED: tuple[Column, ...] = (
     _perf("p99_latency_ms", "quantile", "p99 latency", "p99 latency (ms)", "p99",
           summary=SummaryCell("p99 ms", 8)),
     _perf("avg_latency_ms", "quantile", "Avg latency", "avg latency (ms)", "avg"),
-    # A new measured value goes here, e.g. energy per inference from NVML: Column(
-    # "energy_per_inference_j", "metric", source="nvml", key=..., aggregate="mean",
-    # interval=True, table_label=...), with the collector of "nvml" (deploybench.collectors).
+    # Every request of the trial's measured windows (perf_analyzer's --profile-export-file): the
+    # pooled tail over all the point's trials and how much data backs it (deploybench.tails).
+    Column("latencies_ms", "measurement", "profile_export", "latencies_ms", kind="list",
+           in_points=False, in_trials=False),
+    Column("tail_requests", "measurement", "profile_export", "requests", kind="int",
+           aggregate="sum"),
+    Column("p99_pooled_ms", "quantile", aggregate="pooled", pool=_p99_pooled, in_trials=False),
+    Column("p99_bound_ms", "quantile", aggregate="pooled", pool=_p99_bound, in_trials=False,
+           table_label="p99 bound (ms)"),
+    Column("tail_note", "measurement", kind="str", aggregate="pooled", pool=_tail_note,
+           in_trials=False),
+    # Energy over the trial's measured windows, from the meter's counter at their two ends;
+    # above idle: less the idle power the job measured before its first trial (the server
+    # loaded, no load) over the same seconds. The GPU's state over the windows beside it.
+    _energy("energy_per_inference_j", "mean", "Energy per inference (J)", interval=True,
+            summary=SummaryCell("J/infer ± 95 %", 22, interval=True)),
+    _energy("energy_above_idle_per_inference_j", "mean", "Energy above idle (J)",
+            interval=True),
+    _energy("power_mean_w", "mean", "Mean power (W)"),
+    _energy("power_max_w", "max"),
+    _energy("idle_power_w", "first"),
+    _energy("sm_clock_mhz", "mean"),
+    _energy("mem_clock_mhz", "mean"),
+    _energy("temperature_c", "max"),
+    _energy("power_limit_w", "first"),
+    _energy("gpu_util_pct", "mean"),
+    _energy("memory_used_mib", "max"),
+    # a trial in which the GPU throttled (power or thermal; deploybench.telemetry.THROTTLING)
+    _energy("throttled", "any", "Throttled", kind="bool"),
+    _energy("throttle_reasons", "union", kind="str"),
+    # the meter ("nvml", "rapl") or "not measured: <why>"
+    _energy("energy_status", "first", kind="str"),
     # (the 95 % half-widths of throughput and each quantile stand here; empty with one trial)
     Column("trials", "measurement", kind="int", aggregate="count", in_trials=False,
            table_label="Trials"),
@@ -234,6 +337,12 @@ def check(columns: Sequence[Column]) -> None:
                 f"column {column.name!r}: source {column.source!r} needs the `key` that "
                 "names the value in its output"
             )
+        if (column.aggregate == "pooled") != (column.pool is not None):
+            raise ValueError(
+                f"column {column.name!r}: aggregate 'pooled' and a `pool` rule go together"
+            )
+        if column.kind == "list" and (column.in_points or column.in_trials):
+            raise ValueError(f"column {column.name!r}: a list is a trial's own, in no CSV")
         if not math.isfinite(column.divisor) or column.divisor == 0:
             raise ValueError(f"column {column.name!r}: divisor {column.divisor!r}")
 

@@ -43,12 +43,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import stats, tools
-from .collectors import PERF_ANALYZER, PerfAnalyzerOutput, collect_trial, derived_values
+from .collectors import (
+    ENERGY,
+    PERF_ANALYZER,
+    PROFILE_EXPORT,
+    EnergyOutput,
+    PerfAnalyzerOutput,
+    collect_trial,
+    derived_values,
+)
 from .columns import (  # noqa: F401 - LATENCY_COLUMNS, MEASURED: perf's names too (tests)
     CSV_COLUMNS,
     LATENCY_COLUMNS,
@@ -64,6 +72,9 @@ from .progress import TrialDone
 from .server import SHM_DIR
 from .tensors import TensorSpec
 from .transport import Transport
+
+if TYPE_CHECKING:
+    from .telemetry import Meter
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +139,22 @@ class MeasureSettings:
         if self.max_duration_ms is None or not rate or rate <= 0:
             return None
         return max(1, math.floor(rate * self.max_duration_ms / 1000 / WINDOWS))
+
+
+@dataclass(frozen=True)
+class TrialEnergy:
+    """How a scenario's trials measure energy: its meter (None: not measured, ``status`` says
+    why), read every ``interval_s`` by a sampler thread in this process while perf_analyzer
+    measures, and the idle power measured before the first trial (None: not measured)."""
+
+    status: str  # the meter's name, or "not measured: <why>"
+    meter: Meter | None = None
+    interval_s: float = 0.1
+    idle_power_w: float | None = None
+    power_limit_w: float | None = None
+
+
+NOT_MEASURED = TrialEnergy("not measured: no energy meter configured")
 
 
 # Types perf_analyzer 2.41 refuses as a JSON number list ("Can not use explicit tensor
@@ -210,6 +237,7 @@ def perf_command(
     output_bytes_per_sample: int = 0,
     max_windows: int | None = None,
     mode: str = "count_windows",
+    profile_export: Path | None = None,
 ) -> list[str]:
     """The perf_analyzer command line for one point (DLE's flags), over ``transport``: ``-i
     http|grpc``, and ``--shared-memory system|cuda`` unless it uses none (perf_analyzer's
@@ -217,7 +245,9 @@ def perf_command(
     src/c++/perf_analyzer/command_line_parser.cc, the source of tritonclient 2.41's binary).
 
     ``mode``: count_windows (``--measurement-request-count``) or time_windows (windows of
-    ``interval_ms``, as perf_client's ``-p``).
+    ``interval_ms``, as perf_client's ``-p``). ``profile_export``: where perf_analyzer writes
+    every request's timestamps and its windows' boundaries (``--profile-export-file``, in
+    client r23.12's command_line_parser.cc and profile_data_exporter.cc).
 
     The output shared-memory region (system or CUDA) must hold a whole batch of outputs (an
     nnU-Net volume is 25 MB a sample), so it is sized from the bytes one sample's outputs take.
@@ -247,6 +277,8 @@ def perf_command(
         cmd += ["--stability-percentage", stability_percentage]
     if max_windows is not None:
         cmd += ["--max-trials", str(max_windows)]
+    if profile_export is not None:  # every request's timestamps (deploybench.tails)
+        cmd += ["--profile-export-file", str(profile_export)]
     return cmd
 
 
@@ -362,16 +394,27 @@ def measure_point(
     output_bytes_per_sample: int = 0,
     warm_up: bool = True,
     rate: float | None = None,
+    energy: TrialEnergy = NOT_MEASURED,
 ) -> dict[str, Any]:
     """One trial of one point: warm up (``warm_up``, and a warm-up factor), then measure until
     stable (at most ``max_retries`` retries) for at least the duration floor. ``rate``: the
-    point's requests per second when known (a warm-up measures it)."""
+    point's requests per second when known (a warm-up measures it). A measuring attempt
+    records every request (perf_analyzer's profile export) and, with ``energy``'s meter, the
+    meter's readings beside it; the trial's values are over its measured windows."""
+    from .tails import read_profile_export
+    from .telemetry import Sampler, window
+
     with tempfile.TemporaryDirectory(prefix="deploybench-pa-") as tmp:
         result_csv = Path(tmp) / "point.csv"
+        export = Path(tmp) / "requests.json"
+        samples: list[Any] = []
 
-        def attempt(requests: int, stability: str | None, windows_of: int = 1) -> tuple[int, str]:
+        def attempt(
+            requests: int, stability: str | None, windows_of: int = 1, measuring: bool = True
+        ) -> tuple[int, str]:
             check_server()
             result_csv.unlink(missing_ok=True)
+            export.unlink(missing_ok=True)
             cmd = perf_command(
                 model_name=model_name,
                 url=url,
@@ -385,8 +428,16 @@ def measure_point(
                 output_bytes_per_sample=output_bytes_per_sample,
                 max_windows=settings.max_windows,
                 mode=settings.measurement_mode,
+                profile_export=export if measuring else None,
             )
-            code, out = run_perf_analyzer(cmd, settings.timeout_s, log_file)
+            sampling = (
+                Sampler(energy.meter, energy.interval_s)
+                if measuring and energy.meter is not None
+                else contextlib.nullcontext()
+            )
+            with sampling as sampler:
+                code, out = run_perf_analyzer(cmd, settings.timeout_s, log_file)
+            samples[:] = sampler.samples if sampler is not None else []
             if code != 0 and UNSTABLE_MARKER not in out:
                 check_server()  # a dead server explains the failure best
                 raise PerfError(f"perf_analyzer failed (exit {code}) at {point}:\n{out[-2000:]}")
@@ -399,6 +450,7 @@ def measure_point(
                 settings.request_count * factor,
                 NO_STABILITY_CHECK,
                 windows_of=factor if settings.time_windows else 1,
+                measuring=False,
             )
             if code == 0:
                 rate = request_rate(parse_result(result_csv, out), point.batch)
@@ -425,7 +477,21 @@ def measure_point(
                 continue
             # the trial's tools' outputs → its values (a tool measuring beside perf_analyzer
             # adds its output here: collectors.collect_trial)
-            values = parse_result(result_csv, out)
+            measured = read_profile_export(export)
+            telemetry = window(samples, measured.start_ns, measured.end_ns) if samples else None
+            values = collect_trial(
+                {
+                    PERF_ANALYZER: PerfAnalyzerOutput(result_csv, out),
+                    PROFILE_EXPORT: measured,
+                    ENERGY: EnergyOutput(
+                        energy.status,
+                        telemetry,
+                        measured.requests * point.batch,
+                        energy.idle_power_w,
+                        energy.power_limit_w,
+                    ),
+                }
+            )
             seconds = measured_seconds(values, point.batch)
             if (
                 seconds is not None
@@ -447,8 +513,8 @@ def measure_point(
                 requests = max(requests, floor_requests)
                 continue
             if settings.time_windows:  # the requests its windows held, not a count asked for
-                measured = values.get("measured_requests")
-                requests = math.ceil(measured / WINDOWS) if measured else 0
+                held = values.get("measured_requests")
+                requests = math.ceil(held / WINDOWS) if held else 0
             return _row(point, values, requests, stability is None, attempts, capped)
 
 
@@ -498,11 +564,16 @@ def _float(value: Any) -> float | None:
 
 
 def unstable_reason(
-    trials_unsettled: int, trials: int, throughput: stats.Interval, max_ci_pct: float
+    trials_unsettled: int,
+    trials: int,
+    throughput: stats.Interval,
+    max_ci_pct: float,
+    throttled: Sequence[str] = (),
 ) -> str:
     """Why a point is not stable ("" when it is): perf_analyzer did not settle in some of its
     trials (it was measured once more with its criterion off), and/or (with two trials or
-    more) the throughput's 95 % interval is wider than ``max_ci_pct`` % of the mean."""
+    more) the throughput's 95 % interval is wider than ``max_ci_pct`` % of the mean, and/or the
+    GPU throttled (power or thermal) in some trials (``throttled``: each such trial's reasons)."""
     reasons = []
     if trials_unsettled:
         reasons.append(f"perf_analyzer did not settle ({trials_unsettled} of {trials} trials)")
@@ -510,6 +581,9 @@ def unstable_reason(
         width = throughput.relative * 100
         shown = "not known (mean 0)" if math.isnan(width) else f"±{width:.1f} %"
         reasons.append(f"interval {shown} > max_ci_pct {max_ci_pct:g} %")
+    if throttled:
+        names = "; ".join(dict.fromkeys(n for r in throttled for n in r.split("; ") if n))
+        reasons.append(f"GPU throttled ({names}) in {len(throttled)} of {trials} trials")
     return "; ".join(reasons)
 
 
@@ -537,17 +611,28 @@ def summarize(
             if not column.in_points or column.aggregate in (None, "key", "verdict"):
                 continue
             if column.aggregate == "mean":
-                iv = means[column.name] = stats.interval([float(r[column.name]) for r in rows])
+                values = [r.get(column.name) for r in rows]
+                if any(v is None for v in values):  # not measured in a trial: none for the point
+                    point[column.name] = None
+                    if column.name in intervals_of:
+                        point[intervals_of[column.name]] = None
+                    continue
+                iv = means[column.name] = stats.interval([float(v) for v in values])
                 point[column.name] = round(iv.mean, 6)
                 if column.name in intervals_of:
                     half = None if math.isnan(iv.half_width) else round(iv.half_width, 6)
                     point[intervals_of[column.name]] = half
+            elif column.aggregate == "pooled":
+                assert column.pool is not None  # columns.check
+                point[column.name] = column.pool(rows)
             else:
                 point[column.name] = aggregate(column, [r.get(column.name) for r in rows])
-        # The verdicts judge the trials as a whole (perf_analyzer's verdict on each and the
-        # throughput's interval against max_ci_pct), not one column's values: no aggregation.
+        # The verdicts judge the trials as a whole (perf_analyzer's verdict on each, the
+        # throughput's interval against max_ci_pct, the GPU's throttling), not one column's
+        # values: no aggregation.
         unsettled = sum(1 for r in rows if not bool(r["stable"]))
-        reason = unstable_reason(unsettled, len(rows), means["throughput"], max_ci_pct)
+        throttled = [str(r.get("throttle_reasons") or "") for r in rows if r.get("throttled")]
+        reason = unstable_reason(unsettled, len(rows), means["throughput"], max_ci_pct, throttled)
         point |= {"stable": not reason, "unstable_reason": reason}
         summary.append({c.name: point[c.name] for c in columns if c.name in point})
     return summary
@@ -561,6 +646,8 @@ def aggregate(column: Column, values: list[Any]) -> Any:
         return len(values)
     if how == "first":
         return values[0]
+    if how == "union":
+        return "; ".join(dict.fromkeys(t for v in values for t in str(v or "").split("; ") if t))
     if how in ("any", "all"):
         flags = [bool(v) for v in values]
         return any(flags) if how == "any" else all(flags)
@@ -573,7 +660,7 @@ def aggregate(column: Column, values: list[Any]) -> Any:
         return min(numbers) if how == "min" else max(numbers)
     raise ValueError(
         f"column {column.name!r}: aggregate {how!r} is not one value of its trials; "
-        "valid: count, first, any, all, sum, min, max (mean: perf.summarize)"
+        "valid: count, first, union, any, all, sum, min, max (mean, pooled: perf.summarize)"
     )
 
 

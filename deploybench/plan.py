@@ -119,6 +119,8 @@ class RunPlan:
     engines: EngineLayout | None = None
     # role (framework | triton) -> the image that runs its jobs (the newest that drives its GPU)
     containers: Mapping[str, str] = field(default_factory=lambda: frozen({}))
+    # how its measurements read energy (energy_settings); {}: not at all
+    energy: Mapping[str, Any] = field(default_factory=lambda: frozen({}))
     perf_input_data: str | None = None  # models.<m>.perf.input_data
 
     @property
@@ -266,6 +268,7 @@ class RunPlan:
             "server": plain(self.server),
             "run": plain(self.info),
             "transport": plain(self.transport[scenario]),
+            "energy": plain(self.energy),
         }
         dataset_path = (self.accuracy.get("task") or {}).get("path")
         if dataset_path:  # absent otherwise: the spec of a config without one is unchanged
@@ -361,6 +364,7 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         engines=engines,
         containers=frozen(run.settings["containers"]),
         perf_input_data=run.settings["perf"].get("input_data"),
+        energy=frozen(energy_settings(config, run)),
     )
     return replace(plan, groups=frozen(pack_groups(plan.jobs(), max_runtime, run.path)))
 
@@ -386,6 +390,19 @@ def measure_settings(run: Run) -> dict[str, Any]:
             f"perf.max_duration_ms ({perf['max_duration_ms']}); a trial cannot last both"
         )
     return {key: perf[key] for key in MEASURE_KEYS if key in perf}
+
+
+def energy_settings(config: Mapping[str, Any], run: Run) -> dict[str, Any]:
+    """How the run's measurements read energy: its meter (the GPU entry's ``meter``, else
+    ``energy.meter.<device>``; nvml, rapl or none) and the sampler's settings."""
+    energy = config.get("energy") or {}
+    meter = run.gpu_settings.get("meter") or (energy.get("meter") or {}).get(run.device, "none")
+    return {
+        "meter": meter,
+        "sample_ms": int(energy.get("sample_ms", 100)),
+        "idle_s": float(energy.get("idle_s", 3)),
+        "nvml_library": str(energy.get("nvml_library", "libnvidia-ml.so.1")),
+    }
 
 
 def transports(run: Run) -> dict[str, dict[str, Any]]:

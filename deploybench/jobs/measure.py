@@ -54,6 +54,29 @@ def ready_server(repo: str, server_log: str, server_settings: dict[str, Any]) ->
         server.stop()
 
 
+@contextlib.contextmanager
+def energy_meter(settings: dict[str, Any]) -> Iterator[tuple[Any, str]]:
+    """The run's energy meter, open while its trials are measured, and its status: the
+    meter's name, or "not measured: <why>" (the meter is then None: the energy columns stay
+    empty, never 0)."""
+    from ..telemetry import NotMeasured, open_meter
+
+    kind = settings.get("meter", "none")
+    if kind == "none":
+        yield None, "not measured: energy meter none (energy.meter, gpus.<gpu>.meter)"
+        return
+    try:
+        meter = open_meter(kind, nvml_library=settings.get("nvml_library", "libnvidia-ml.so.1"))
+    except NotMeasured as why:
+        log.warning("energy not measured: %s", why.reason)
+        yield None, f"not measured: {why.reason}"
+        return
+    try:
+        yield meter, meter.name
+    finally:
+        meter.close()
+
+
 def _client_timeout(server_settings: dict[str, Any]) -> float:
     """How long a client waits for the server (longer where an engine may still be built)."""
     from ..triton_client import DEFAULT_TIMEOUT_S
@@ -213,7 +236,9 @@ def perf(
         summarize,
         write_input_data,
     )
+    from ..perf import TrialEnergy
     from ..server import graceful_signals
+    from ..telemetry import idle_power_w
     from ..transport import of_spec
     from ..triton_client import infer_triton, served_feeds, served_inputs
 
@@ -248,11 +273,14 @@ def perf(
             sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
             input_source = family.perf_input_source(seed=0, dataset=spec.get("dataset_path"))
         progress.say("%s: starting tritonserver (%s) …", label, repository)
+        energy_settings = spec.get("energy") or {}
+        energy_record: dict[str, Any] = dict(energy_settings)
         with (
             graceful_signals(),
             ready_server(repository, server_log, spec["server"]) as server,
             contextlib.ExitStack() as stack,
         ):
+            meter, status = stack.enter_context(energy_meter(energy_settings))
             server_info = server.metadata()
             # perf_analyzer gets the inputs the served model takes (a native backend serves
             # the artifact's own inputs; see served_feeds).
@@ -265,6 +293,25 @@ def perf(
                 server.http_url, model_name, sample, [s.name for s in family.outputs], timeout_s
             )
             output_bytes = output_bytes_per_sample(outputs.values())
+
+            # the idle baseline: the server loaded (and past its first request), no load
+            energy = TrialEnergy(status)
+            if meter is not None:
+                interval_s = int(energy_settings.get("sample_ms", 100)) / 1000
+                idle_s = float(energy_settings.get("idle_s", 3))
+                idle = idle_power_w(meter, idle_s, interval_s) if idle_s > 0 else None
+                facts = meter.facts()
+                energy = TrialEnergy(status, meter, interval_s, idle, facts.get("power_limit_w"))
+                energy_record |= {"status": status, "idle_power_w": idle, "meter_facts": facts}
+                progress.say(
+                    "%s: energy from %s; idle %s",
+                    label,
+                    status,
+                    "not measured (energy.idle_s 0)" if idle is None else f"{idle:.1f} W",
+                )
+            else:
+                energy_record["status"] = status
+                progress.say("%s: energy %s", label, status)
 
             # engines: per_batch (offline): each batch on the model of its own engine
             batch_models = spec.get("batch_models") or {}
@@ -282,8 +329,16 @@ def perf(
                     output_bytes_per_sample=output_bytes,
                     warm_up=warm_up,
                     rate=rate,
+                    energy=energy,
                 )
-                log.info("%s %s: %s", scenario, point, row)
+                # every request's latency is the trial's own: summarize pools them; the log
+                # keeps their count
+                log.info(
+                    "%s %s: %s",
+                    scenario,
+                    point,
+                    {k: v for k, v in row.items() if k != "latencies_ms"},
+                )
                 return row
 
             progress.say(
@@ -298,7 +353,12 @@ def perf(
                 measure,
                 lambda done: progress.say("%s", progress.trial_line(label, done)),
             )
-    write_csv(trials, [identity | row for row in trial_rows], TRIAL_COLUMNS)
+    # (a trial's own values, every request's latency, stay out of the CSV)
+    write_csv(
+        trials,
+        [identity | {k: v for k, v in row.items() if k in TRIAL_COLUMNS} for row in trial_rows],
+        TRIAL_COLUMNS,
+    )
     rows = [identity | row for row in summarize(trial_rows, settings.max_ci_pct)]
     write_csv(csv, rows, PERF_COLUMNS)
     unstable = [
@@ -319,6 +379,9 @@ def perf(
         "points": spec["points"],
         "measure": spec["measure"],
         "transport": spec["transport"],
+        # how energy was read: the settings, the meter (GPU UUID, power limit, clocks,
+        # persistence, driver) or why not, and the idle baseline
+        "energy": energy_record,
         # what the rows were measured with: the weights (None: seeded) and the example sent
         "checkpoint": spec["model"].get("checkpoint"),
         "server_environment": spec["server"].get("environment") or {},
