@@ -9,15 +9,21 @@ same artifact whichever search asks for it: a grid and a quick walk share what t
 measured, and adding a value to an axis leaves the measured candidates as they are. The run's
 own configuration (the seed page's) is always a candidate: the *baseline*.
 
-Each candidate is measured over one online sweep; its score is its best throughput among the
-points whose p99 latency (the trials' mean) is within the budget. A candidate *beats* another
-when it meets the constraints and the other does not, or when both do and its throughput is
-higher by more than the two 95 % intervals combined (:func:`deploybench.stats.change`). The
+Each candidate is measured over one online sweep; its score is its best point among those whose
+p99 latency (the trials' mean) is within the budget and whose throughput reaches the floor. The
+*objective* (``search.objective``) says which point is best: ``throughput``, the most inferences/s;
+``energy``, the least energy per inference (``energy_per_inference_j``: the meter's counter over
+the measured windows, deploybench.telemetry), which a candidate measured without energy cannot be
+scored by (:func:`score` fails, naming it and its ``energy_status``). A candidate *beats* another
+when it meets the constraints and the other does not, or when both do and its objective's value
+is better by more than the two 95 % intervals combined (:func:`deploybench.stats.change`). The
 baseline stays unless a candidate beats it; then the choice is the simplest of the candidates
 that beat it and that no other beats (:func:`choose`): no candidate that meets the budget is
-significantly faster than the one chosen, and its gain over the baseline is significant. ``grid`` measures every
-combination; ``quick`` (:func:`quick_walk`) walks one axis at a time from the baseline to the
-neighbour that beats the current position, until a pass over every axis moves nowhere.
+significantly better than the one chosen, and its gain over the baseline is significant.
+``grid`` measures every combination; ``quick`` (:func:`quick_walk`) walks one axis at a time
+from the baseline to the neighbour that beats the current position, until a pass over every
+axis moves nowhere. Every point is marked on two Pareto fronts (:func:`pareto_frontier`):
+throughput against p99 latency, and throughput against energy per inference.
 """
 
 from __future__ import annotations
@@ -32,9 +38,13 @@ from typing import Any
 
 from .compare import measured
 from .errors import ConfigError, SearchError
-from .stats import Interval, change
+from .stats import Change, Interval, change
 
 STRATEGIES = ("grid", "quick")
+# What a candidate's best point is best at: the most throughput, or the least energy per inference.
+THROUGHPUT, ENERGY = OBJECTIVES = ("throughput", "energy")
+ENERGY_COLUMN = "energy_per_inference_j"  # the perf CSV's (deploybench.columns)
+ENERGY_STATUS = "energy_status"  # the meter's name, or "not measured: <why>"
 # The axes in the order the quick walk tries them and a name spells them.
 AXES = ("model_instances", "max_batch_size", "max_queue_delay_us", "intra_op_threads")
 # Runtime threads are the python backend's (CPU) setting; a native GPU backend has none.
@@ -49,6 +59,7 @@ _VARIANT = re.compile(
 CHOSEN = "chosen"
 TIE = "tie"  # no other candidate beats it, but another was chosen (simpler, or the baseline)
 SLOWER = "slower"  # another candidate meeting the constraints is significantly faster
+MORE_ENERGY = "more energy"  # (objective energy) another uses significantly less per inference
 OVER_BUDGET = "over budget"  # no point within the latency budget
 BELOW_FLOOR = "below floor"  # its best throughput within the budget is under min_throughput
 
@@ -174,6 +185,7 @@ class SearchSettings:
     min_throughput: float | None
     max_candidates: int
     axes: Mapping[str, tuple[Any, ...]]  # searched axes only, in AXES order
+    objective: str = THROUGHPUT  # OBJECTIVES: what a candidate's best point is best at
 
     def grid(self, baseline: Variant) -> list[Variant]:
         """Every combination of the axes' values (others at the baseline's), baseline first."""
@@ -225,12 +237,19 @@ def search_settings(
         values.append(baseline.axis_value(axis))
         axes[axis] = tuple(sorted(set(values)))
     budget, floor = search.get("latency_budget_ms"), search.get("min_throughput")
+    objective = str(search.get("objective", THROUGHPUT))
+    if objective not in OBJECTIVES:
+        raise ConfigError(
+            f"{where}.objective: unknown objective {objective!r}; valid choices: "
+            f"{', '.join(OBJECTIVES)}"
+        )
     return SearchSettings(
         strategy=strategy,
         latency_budget_ms=None if budget is None else float(budget),
         min_throughput=None if floor is None else float(floor),
         max_candidates=int(search["max_candidates"]),
         axes=axes,
+        objective=objective,
     )
 
 
@@ -241,6 +260,7 @@ def settings_spec(settings: SearchSettings) -> dict[str, Any]:
         "latency_budget_ms": settings.latency_budget_ms,
         "min_throughput": settings.min_throughput,
         "max_candidates": settings.max_candidates,
+        "objective": settings.objective,
         "axes": {
             axis: [[v[0], list(v[1])] if axis == "max_batch_size" else v for v in values]
             for axis, values in settings.axes.items()
@@ -261,6 +281,8 @@ def settings_from_spec(spec: Mapping[str, Any]) -> SearchSettings:
             )
             for axis, values in spec["axes"].items()
         },
+        # a settings.json from before the objective was a setting searched for throughput
+        objective=str(spec.get("objective", THROUGHPUT)),
     )
 
 
@@ -285,9 +307,12 @@ def _axis_value(axis: str, value: Any, where: str) -> Any:
 # ---------------------------------------------------------------------------- results
 
 
+NO_INTERVAL = Interval(math.nan, math.nan, 0)
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """A measured variant, scored: its best point within the latency budget."""
+    """A measured variant, scored: its best point (by the objective) within the constraints."""
 
     variant: Variant
     feasible: bool  # a point within the budget, and its throughput at least the floor
@@ -296,10 +321,23 @@ class Candidate:
     throughput: Interval
     p99: Interval
     lowest_p99_ms: float  # over all its points: how far an over-budget candidate is
+    # the best point's energy per inference (NaN: not measured, or no point within the budget)
+    energy: Interval = NO_INTERVAL
+    objective: str = THROUGHPUT  # what it was scored by; only the same compare (beats)
 
     @property
     def name(self) -> str:
         return self.variant.name
+
+    @property
+    def value(self) -> Interval:
+        """The objective's value at its best point: throughput, or energy per inference."""
+        return self.energy if self.objective == ENERGY else self.throughput
+
+    @property
+    def merit(self) -> float:
+        """The value's mean, the higher the better (less energy is better)."""
+        return -self.value.mean if self.objective == ENERGY else self.value.mean
 
     @property
     def stable(self) -> bool | None:
@@ -313,40 +351,96 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
-NO_INTERVAL = Interval(math.nan, math.nan, 0)
-
-
 def score(
     variant: Variant,
     rows: Sequence[Mapping[str, Any]],
     budget_ms: float | None,
     min_throughput: float | None,
+    objective: str = THROUGHPUT,
 ) -> Candidate:
-    """``variant``'s best point: the highest mean throughput among the points (online CSV rows)
-    whose mean p99 latency is within ``budget_ms`` (None: every point)."""
+    """``variant``'s best point among the points (online CSV rows) whose mean p99 latency is
+    within ``budget_ms`` (None: every point) and whose mean throughput reaches
+    ``min_throughput``: the highest mean throughput, or with ``objective`` energy the least mean
+    energy per inference. With energy, such a point without energy measured fails, naming the
+    candidate and its ``energy_status``: the choice cannot be made without it."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective {objective!r}; valid choices: {', '.join(OBJECTIVES)}")
     if not rows:
         raise SearchError(f"candidate {variant.name}: its online CSV has no points")
     lowest = min(float(r["p99_latency_ms"]) for r in rows)
     within = [r for r in rows if budget_ms is None or float(r["p99_latency_ms"]) <= budget_ms]
     if not within:
-        return Candidate(variant, False, OVER_BUDGET, None, NO_INTERVAL, NO_INTERVAL, lowest)
-    best = max(within, key=lambda r: float(r["throughput"]))
-    throughput, p99 = measured(best, "throughput"), measured(best, "p99_latency_ms")
-    feasible = min_throughput is None or throughput.mean >= min_throughput
+        return Candidate(
+            variant, False, OVER_BUDGET, None, NO_INTERVAL, NO_INTERVAL, lowest, objective=objective
+        )
+    # The floor is a point's constraint as the budget is; under the throughput objective this
+    # is the same as asking it of the fastest point within the budget.
+    reaching = [
+        r
+        for r in within
+        if min_throughput is None or measured(r, "throughput").mean >= min_throughput
+    ]
+    if not reaching:
+        # below the floor: shown at its fastest point within the budget, how near it came
+        best, feasible = max(within, key=lambda r: float(r["throughput"])), False
+    elif objective == ENERGY:
+        for r in reaching:
+            _check_energy(variant, r)
+        best, feasible = min(reaching, key=lambda r: energy_of(r).mean), True
+    else:
+        best, feasible = max(reaching, key=lambda r: float(r["throughput"])), True
     return Candidate(
-        variant, feasible, None if feasible else BELOW_FLOOR, best, throughput, p99, lowest
+        variant,
+        feasible,
+        None if feasible else BELOW_FLOOR,
+        best,
+        measured(best, "throughput"),
+        measured(best, "p99_latency_ms"),
+        lowest,
+        energy=energy_of(best),
+        objective=objective,
+    )
+
+
+def energy_of(row: Mapping[str, Any]) -> Interval:
+    """A point's energy per inference with its interval; NaN where not measured, or in a perf
+    CSV from before energy was measured (no such column)."""
+    return measured(row, ENERGY_COLUMN) if ENERGY_COLUMN in row else NO_INTERVAL
+
+
+def _check_energy(variant: Variant, row: Mapping[str, Any]) -> None:
+    """A point the energy objective must compare has its energy per inference measured."""
+    if not math.isnan(energy_of(row).mean):
+        return
+    status = row.get(ENERGY_STATUS)
+    if not isinstance(status, str) or not status.strip():
+        reason = "no energy_status: a perf CSV from before energy was measured"
+    elif status.startswith("not measured"):
+        reason = f"energy_status: {status}"
+    else:
+        reason = f"energy_status {status!r}, but the cell is empty"
+    raise SearchError(
+        f"search.objective energy: candidate {variant.name} cannot be scored: its point at "
+        f"batch {row.get('batch')}, concurrency {row.get('concurrency')} within the budget has "
+        f"no {ENERGY_COLUMN} ({reason}); measure energy (energy.meter, or the GPU entry's "
+        "meter) or search for throughput (search.objective: throughput)"
     )
 
 
 def beats(a: Candidate, b: Candidate) -> bool:
-    """``a`` meets the constraints and ``b`` does not, or both do and ``a`` serves more by more
-    than their 95 % intervals combined."""
+    """``a`` meets the constraints and ``b`` does not, or both do and ``a``'s objective is
+    better (more throughput, or less energy per inference) by more than their 95 % intervals
+    combined."""
+    if a.objective != b.objective:
+        raise ValueError(
+            f"candidates {a.name} and {b.name} were scored by different objectives "
+            f"({a.objective}, {b.objective}): they do not compare"
+        )
     if a.feasible != b.feasible:
         return a.feasible
     if not a.feasible:
         return False
-    moved = change(b.throughput, a.throughput)
-    return moved.significant and a.throughput.mean > b.throughput.mean
+    return change(b.value, a.value).significant and a.merit > b.merit
 
 
 def undominated(candidates: Iterable[Candidate]) -> list[Candidate]:
@@ -361,7 +455,8 @@ def choose(
     min_throughput: float | None,
     baseline: str | None = None,
 ) -> Candidate:
-    """The simplest candidate that no other beats (:meth:`Variant.simplicity`, then the name).
+    """The simplest candidate that no other beats (:meth:`Variant.simplicity`, then the name),
+    by the objective the candidates were scored by (:func:`score`).
     With a ``baseline`` (its name), the baseline stays unless a candidate beats it: then the
     simplest of the unbeaten candidates that beat it (one does whenever the baseline is beaten:
     beating is transitive), so the gain reported over the baseline is always significant.
@@ -391,8 +486,10 @@ def choose(
 
 
 def verdicts(candidates: Sequence[Candidate], chosen: Candidate) -> dict[str, str]:
-    """Each candidate's verdict (CHOSEN, TIE, SLOWER, OVER_BUDGET, BELOW_FLOOR), by name."""
+    """Each candidate's verdict (CHOSEN, TIE, SLOWER or with the energy objective MORE_ENERGY,
+    OVER_BUDGET, BELOW_FLOOR), by name."""
     top = {c.name for c in undominated(candidates)}
+    beaten = MORE_ENERGY if chosen.objective == ENERGY else SLOWER
     out = {}
     for c in candidates:
         if c.name == chosen.name:
@@ -400,7 +497,7 @@ def verdicts(candidates: Sequence[Candidate], chosen: Candidate) -> dict[str, st
         elif not c.feasible:
             out[c.name] = c.verdict_if_infeasible or OVER_BUDGET
         else:
-            out[c.name] = TIE if c.name in top else SLOWER
+            out[c.name] = TIE if c.name in top else beaten
     return out
 
 
@@ -432,7 +529,7 @@ def quick_walk(
 ) -> WalkState:
     """Replay the greedy walk over ``results`` (measured candidates by name): from the baseline,
     along each axis in turn, move to the neighbour that beats the position (the better of two,
-    by mean throughput) and keep going along that axis; the walk ends when a pass over every
+    by the objective's mean: :attr:`Candidate.merit`) and keep going along that axis; the walk ends when a pass over every
     axis moves nowhere; at ``max_candidates`` it measures nothing more and moves over the
     candidates it has, ending there with that reason. It returns the candidates to measure next
     where a result it needs is missing. The same results give the same walk, so each step of
@@ -464,7 +561,7 @@ def quick_walk(
                 better = [v for v in around if beats(results[v.name], results[position.name])]
                 if not better:
                     break
-                position = max(better, key=lambda v: results[v.name].throughput.mean)
+                position = max(better, key=lambda v: results[v.name].merit)
                 moved = True
         if not moved:
             if capped:
@@ -477,12 +574,14 @@ def quick_walk(
 
 
 def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[bool]:
-    """For (throughput, p99) pairs: whether each is on the frontier (no other point has at least
-    its throughput at no more latency, and is better in one)."""
+    """For (gain, cost) pairs, (throughput, p99 latency) or (throughput, energy per inference):
+    whether each is on the frontier (no other point has at least its gain at no more cost, and
+    is better in one). A pair with a NaN (energy not measured) is on none and hides none."""
+    known = [(t, c) for t, c in points if not (math.isnan(t) or math.isnan(c))]
     flags = []
-    for t, p in points:
-        dominated = any((t2 >= t and p2 <= p) and (t2 > t or p2 < p) for t2, p2 in points)
-        flags.append(not dominated)
+    for t, c in points:
+        dominated = any((t2 >= t and c2 <= c) and (t2 > t or c2 < c) for t2, c2 in known)
+        flags.append(not (math.isnan(t) or math.isnan(c) or dominated))
     return flags
 
 
@@ -498,6 +597,8 @@ MEASURED = [
     "p99_latency_ms_ci95",
     "stable",
 ]
+# Its energy beside them (empty where not measured), and the meter or why none measured.
+ENERGY_MEASURED = [ENERGY_COLUMN, ENERGY_COLUMN + "_ci95", ENERGY_STATUS]
 # search.csv: one row per candidate, its settings and its best point within the budget.
 SEARCH_COLUMNS = [
     "model",
@@ -512,13 +613,25 @@ SEARCH_COLUMNS = [
     *AXES[2:],
     "verdict",
     *MEASURED,
+    *ENERGY_MEASURED,
     "trials",
-    # its throughput over the baseline's, with the ratio's 95 % half-width
+    # the objective's gain over the baseline, with the ratio's 95 % half-width: its throughput
+    # over the baseline's, or (energy) the baseline's energy per inference over its own
     "gain",
     "gain_ci95",
 ]
-# search/points.csv: every measured point of every candidate (the Pareto chart's data).
-POINT_COLUMNS = ["variant", "baseline", "chosen", *MEASURED, "in_budget", "frontier"]
+# search/points.csv: every measured point of every candidate (the Pareto chart's data); on the
+# throughput-vs-p99 frontier, and on the throughput-vs-energy one (empty: energy not measured).
+POINT_COLUMNS = [
+    "variant",
+    "baseline",
+    "chosen",
+    *MEASURED,
+    *ENERGY_MEASURED,
+    "in_budget",
+    "frontier",
+    "energy_frontier",
+]
 
 
 def read_points(path: str | Path) -> list[dict[str, Any]]:
@@ -534,6 +647,15 @@ def variant_of_csv(path: str | Path, device: str) -> Variant:
     return parse_variant(Path(path).parent.name, device)
 
 
+def gain_over(baseline: Candidate, candidate: Candidate) -> Change:
+    """``candidate`` against ``baseline`` by their objective, as a ratio where more is better:
+    throughput over the baseline's, or the baseline's energy per inference over the candidate's
+    (how many more inferences a joule buys)."""
+    if candidate.objective == ENERGY:
+        return change(candidate.energy, baseline.energy)
+    return change(baseline.throughput, candidate.throughput)
+
+
 def candidate_rows(
     candidates: Sequence[Candidate],
     chosen: Candidate,
@@ -545,7 +667,7 @@ def candidate_rows(
     rows = []
     for c in candidates:
         point = c.point or {}
-        gain = change(baseline.throughput, c.throughput)
+        gain = gain_over(baseline, c)
         rows.append(
             {
                 **{k: run[k] for k in ("model", "gpu", "format", "precision")},
@@ -562,6 +684,9 @@ def candidate_rows(
                 "p99_latency_ms": _value(c.p99.mean),
                 "p99_latency_ms_ci95": _value(c.p99.half_width),
                 "stable": c.stable,
+                ENERGY_COLUMN: _value(c.energy.mean),
+                ENERGY_COLUMN + "_ci95": _value(c.energy.half_width),
+                ENERGY_STATUS: _text(point.get(ENERGY_STATUS)),
                 "trials": point.get("trials"),
                 "gain": _value(gain.ratio),
                 "gain_ci95": _value(gain.ratio_half_width),
@@ -576,20 +701,34 @@ def point_rows(
     baseline: str,
     budget_ms: float | None,
 ) -> list[dict[str, Any]]:
-    """points.csv's rows: every point of every candidate (by name), the frontier marked."""
-    rows: list[dict[str, Any]] = [
-        {
-            "variant": name,
-            "baseline": name == baseline,
-            "chosen": name == chosen,
-            **{k: r.get(k) for k in MEASURED},
-            "in_budget": budget_ms is None or float(r["p99_latency_ms"]) <= budget_ms,
-        }
-        for name, points in measured.items()
-        for r in points
+    """points.csv's rows: every point of every candidate (by name), both fronts marked: more
+    throughput at less p99 latency, and more throughput at less energy per inference (empty
+    where the point's energy was not measured)."""
+    rows: list[dict[str, Any]] = []
+    for name, points in measured.items():
+        for r in points:
+            energy = energy_of(r)
+            rows.append(
+                {
+                    "variant": name,
+                    "baseline": name == baseline,
+                    "chosen": name == chosen,
+                    **{k: r.get(k) for k in MEASURED},
+                    ENERGY_COLUMN: _value(energy.mean),
+                    ENERGY_COLUMN + "_ci95": _value(energy.half_width),
+                    ENERGY_STATUS: _text(r.get(ENERGY_STATUS)),
+                    "in_budget": budget_ms is None or float(r["p99_latency_ms"]) <= budget_ms,
+                }
+            )
+    throughput = [float(r["throughput"]) for r in rows]
+    latency = [float(r["p99_latency_ms"]) for r in rows]
+    joules = [math.nan if r[ENERGY_COLUMN] is None else float(r[ENERGY_COLUMN]) for r in rows]
+    on_latency = pareto_frontier(list(zip(throughput, latency, strict=True)))
+    on_energy = pareto_frontier(list(zip(throughput, joules, strict=True)))
+    return [
+        r | {"frontier": f, "energy_frontier": None if math.isnan(j) else e}
+        for r, f, e, j in zip(rows, on_latency, on_energy, joules, strict=True)
     ]
-    frontier = pareto_frontier([(float(r["throughput"]), float(r["p99_latency_ms"])) for r in rows])
-    return [r | {"frontier": f} for r, f in zip(rows, frontier, strict=True)]
 
 
 def choice_record(
@@ -599,8 +738,9 @@ def choice_record(
     run: Mapping[str, Any],
     count: int,
 ) -> dict[str, Any]:
-    """best/choice.json: what was chosen, by which rule, and its gain over the baseline."""
-    gain = change(baseline.throughput, chosen.throughput)
+    """best/choice.json: what was chosen, by which rule, and its gain over the baseline (by the
+    objective: ``gain.of`` says which ratio)."""
+    gain = gain_over(baseline, chosen)
     point = chosen.point or {}
     return {
         "run": run["path"],
@@ -608,6 +748,7 @@ def choice_record(
         "baseline": baseline.name,
         "settings": chosen.variant.triton(),
         "strategy": settings.strategy,
+        "objective": settings.objective,
         "latency_budget_ms": settings.latency_budget_ms,
         "min_throughput": settings.min_throughput,
         "candidates": count,
@@ -617,8 +758,14 @@ def choice_record(
             "ci95": _value(chosen.throughput.half_width),
         },
         "p99_latency_ms": {"mean": chosen.p99.mean, "ci95": _value(chosen.p99.half_width)},
+        # null where not measured
+        ENERGY_COLUMN: {
+            "mean": _value(chosen.energy.mean),
+            "ci95": _value(chosen.energy.half_width),
+        },
         # NaN (as null) when the baseline meets no constraint: nothing to compare with
         "gain": {
+            "of": "inferences per joule" if settings.objective == ENERGY else "throughput",
             "ratio": _value(gain.ratio),
             "ci95": _value(gain.ratio_half_width),
             "significant": bool(gain.significant) and baseline.feasible,
@@ -629,3 +776,8 @@ def choice_record(
 def _value(x: float) -> float | None:
     """A number for a CSV/JSON cell; NaN (no interval, no point) as empty."""
     return None if x is None or math.isnan(x) else x
+
+
+def _text(x: Any) -> str | None:
+    """A text cell as read back (pandas reads an empty one as NaN), or None."""
+    return x if isinstance(x, str) and x else None

@@ -15,6 +15,7 @@ from .plan import RunPlan, plan_run
 from .resources import runtime_minutes
 from .schedule import check_fits
 from .search import (
+    ENERGY,
     SearchSettings,
     Variant,
     baseline_of,
@@ -95,16 +96,32 @@ class SearchPlan:
         }
 
 
+def check_energy_meter(settings: SearchSettings, run: RunPlan) -> None:
+    """The energy objective needs the run's candidates measured with a meter: a run whose meter
+    is ``none`` fails at DAG time, not after every candidate was measured. (A meter that is
+    configured but cannot read on the node fails when scored (the walk's steps, the choice),
+    naming its energy_status.)"""
+    meter = run.energy.get("meter", "none")
+    if settings.objective == ENERGY and meter == "none":
+        raise ConfigError(
+            f"{run.path}: search.objective energy needs energy measured, but the run's meter is "
+            f"'none' (the gpus entry's `meter`, else energy.meter.{run.device}); set a meter "
+            "(nvml, rapl) or search for throughput (search.objective: throughput)"
+        )
+
+
 def plan_search(
     config: dict[str, Any], model: str, gpu: str, fmt: str, precision: str
 ) -> SearchPlan:
     """The search of one run; its settings are checked here (an axis the device lacks, a
-    baseline Triton could not serve, a grid over the cap)."""
+    baseline Triton could not serve, a grid over the cap, the energy objective on a run that
+    measures no energy)."""
     run_plan = plan_run(config, model, gpu, fmt, precision)
     run = resolve(config, model, gpu, fmt, precision)
     search = run.settings["search"]
     baseline = baseline_of(run_plan.triton, run_plan.device)
     settings = search_settings(search, baseline, run_plan.device, f"models.{model}.search")
+    check_energy_meter(settings, run_plan)
     online = search.get("online")
     sweep = (
         tuple({"batch": int(online["batch"]), "concurrency": int(c)} for c in online["concurrency"])

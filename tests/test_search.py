@@ -1,7 +1,7 @@
 """The serving-configuration search's logic (deploybench.search, plan.plan_search) on constructed
 online CSVs and results tables: the choice rule (budget, floor, noise, ties), variant names,
-settings, the grid, a candidate's plan, the quick walk and the Pareto frontier. No Snakemake, no
-server: seconds."""
+settings, the grid, a candidate's plan, the quick walk, the Pareto frontiers and the energy
+objective. No Snakemake, no server: seconds."""
 
 from __future__ import annotations
 
@@ -774,3 +774,255 @@ def test_the_baseline_stays_unless_a_candidate_beats_it(tmp_path):
         {base: [point(237.3, 28.1, 29.5, 4, 5)], simpler: [point(240.0, 28.0, 30.0, 4, 5)]},
     )
     assert search.choose(level, BUDGET, None, base).name == base
+
+
+# ------------------------------------------------------------------------ the energy objective
+
+NVML_MISSING = "not measured: NVML: libnvidia-ml.so.1 not found"
+
+
+def joules(
+    throughput: float,
+    p99: float,
+    energy: float | None,
+    energy_ci: float | None = 0.01,
+    concurrency: int = 1,
+    status: str | None = None,
+) -> dict[str, Any]:
+    """An online CSV row with its energy per inference (None: not measured, ``status`` why)."""
+    measured_energy = energy is not None
+    return point(throughput, p99, concurrency=concurrency) | {
+        "energy_per_inference_j": "" if energy is None else energy,
+        "energy_per_inference_j_ci95": "" if energy is None or energy_ci is None else energy_ci,
+        "energy_status": status or ("nvml" if measured_energy else NVML_MISSING),
+    }
+
+
+def by_energy(
+    root: Path,
+    csvs: Mapping[str, Sequence[Mapping[str, Any]]],
+    budget: float | None = BUDGET,
+    floor: float | None = None,
+) -> list[Candidate]:
+    """Each CSV written, read back and scored for the least energy, as the choice job does."""
+    out = []
+    for name, rows in csvs.items():
+        path = write_online(root, name, rows)
+        variant = search.variant_of_csv(path, CPU)
+        out.append(search.score(variant, search.read_points(path), budget, floor, search.ENERGY))
+    return out
+
+
+def test_the_energy_objective_picks_the_least_energy_within_the_budget(tmp_path):
+    candidates = by_energy(
+        tmp_path,
+        {
+            # its thriftiest point is over the budget: scored on the least within it
+            SIMPLE: [joules(100, 20, 0.50), joules(400, 80, 0.10, concurrency=16)],
+            # the least energy within the budget, though not its fastest point
+            TWO_INSTANCES: [
+                joules(150, 30, 0.20, concurrency=1),
+                joules(180, 45, 0.25, concurrency=4),
+            ],
+            # the fastest within the budget, but costlier per inference
+            BIGGER_BATCH: [joules(300, 40, 0.40)],
+            # over the budget: its energy counts for nothing
+            LONGER_DELAY: [joules(900, 70, 0.01)],
+        },
+    )
+    by_name = {c.name: c for c in candidates}
+    assert by_name[SIMPLE].energy.mean == 0.50 and by_name[SIMPLE].throughput.mean == 100
+    best = by_name[TWO_INSTANCES]
+    assert best.energy.mean == 0.20 and best.point is not None and best.point["concurrency"] == 1
+    assert best.value == best.energy and best.objective == search.ENERGY
+    chosen, verdict = pick(candidates)
+    assert chosen == TWO_INSTANCES
+    assert verdict == {
+        TWO_INSTANCES: search.CHOSEN,
+        SIMPLE: search.MORE_ENERGY,
+        BIGGER_BATCH: search.MORE_ENERGY,
+        LONGER_DELAY: search.OVER_BUDGET,
+    }
+    # against the baseline, the choice stands only if it beats it
+    assert search.choose(candidates, BUDGET, None, SIMPLE).name == TWO_INSTANCES
+
+
+def test_less_energy_within_the_intervals_is_a_tie_and_the_simpler_wins(tmp_path):
+    # 0.50 - 0.45 = 0.05 < hypot(0.04, 0.04) = 0.057: not significant
+    csvs = {
+        TWO_INSTANCES: [joules(200, 20, 0.45, 0.04)],
+        SIMPLE: [joules(100, 20, 0.50, 0.04)],
+    }
+    chosen, verdict = pick(by_energy(tmp_path, csvs))
+    assert chosen == SIMPLE
+    assert verdict == {SIMPLE: search.CHOSEN, TWO_INSTANCES: search.TIE}
+    # beyond them (0.06 > 0.057) the more complex one wins, however much slower
+    csvs = {SIMPLE: [joules(300, 20, 0.50, 0.04)], TWO_INSTANCES: [joules(100, 20, 0.44, 0.04)]}
+    chosen, verdict = pick(by_energy(tmp_path / "apart", csvs))
+    assert chosen == TWO_INSTANCES
+    assert verdict == {TWO_INSTANCES: search.CHOSEN, SIMPLE: search.MORE_ENERGY}
+
+
+def test_one_trial_energy_never_beats_anything(tmp_path):
+    csvs = {
+        TWO_INSTANCES: [joules(100, 20, 0.1, None) | {"trials": 1, "throughput_ci95": ""}],
+        SIMPLE: [joules(100, 20, 0.9, None) | {"trials": 1, "throughput_ci95": ""}],
+    }
+    assert pick(by_energy(tmp_path, csvs))[0] == SIMPLE
+
+
+def test_the_energy_objective_keeps_the_floor_and_the_budget(tmp_path):
+    csvs = {
+        # its thriftiest point within the budget is under the floor: the next one counts
+        SIMPLE: [joules(50, 10, 0.1), joules(150, 20, 0.3, concurrency=4)],
+        # within the budget but never at the floor
+        TWO_INSTANCES: [joules(90, 20, 0.05)],
+    }
+    candidates = {c.name: c for c in by_energy(tmp_path, csvs, floor=100)}
+    assert candidates[SIMPLE].feasible and candidates[SIMPLE].energy.mean == 0.3
+    below = candidates[TWO_INSTANCES]
+    assert not below.feasible and below.verdict_if_infeasible == search.BELOW_FLOOR
+    assert search.beats(candidates[SIMPLE], below)
+    assert search.choose(list(candidates.values()), BUDGET, 100).name == SIMPLE
+
+
+def test_no_energy_measured_fails_naming_the_candidate_and_why(tmp_path):
+    csvs = {SIMPLE: [joules(100, 20, 0.5)], TWO_INSTANCES: [joules(150, 30, None)]}
+    with pytest.raises(SearchError) as raised:
+        by_energy(tmp_path, csvs)
+    message = str(raised.value)
+    assert f"candidate {TWO_INSTANCES} cannot be scored" in message
+    assert "concurrency 1" in message and "no energy_per_inference_j" in message
+    assert f"energy_status: {NVML_MISSING}" in message
+    assert "search.objective: throughput" in message
+    # a perf CSV from before energy was measured: no such columns at all
+    old = [point(100, 20)]
+    with pytest.raises(SearchError, match="no energy_status: a perf CSV from before energy"):
+        search.score(search.parse_variant(SIMPLE, CPU), old, BUDGET, None, search.ENERGY)
+    # a point over the budget needs none: it is not compared
+    (over,) = by_energy(tmp_path / "over", {SIMPLE: [joules(100, 20, 0.5), joules(9, 90, None)]})
+    assert over.feasible and over.energy.mean == 0.5
+    # the throughput objective reads the same CSV without energy
+    (fast,) = scored(tmp_path / "throughput", {SIMPLE: [joules(150, 30, None)]})
+    assert fast.feasible and math.isnan(fast.energy.mean)
+
+
+def test_candidates_scored_by_different_objectives_do_not_compare(tmp_path):
+    (energy,) = by_energy(tmp_path / "e", {SIMPLE: [joules(100, 20, 0.5)]})
+    (throughput,) = scored(tmp_path / "t", {SIMPLE: [joules(100, 20, 0.5)]})
+    with pytest.raises(ValueError, match="different objectives"):
+        search.beats(energy, throughput)
+    with pytest.raises(ValueError, match="objective 'watts'; valid choices: throughput, energy"):
+        search.score(energy.variant, [joules(100, 20, 0.5)], BUDGET, None, "watts")
+
+
+def test_the_walk_follows_less_energy_under_the_energy_objective():
+    # energy falls with instances up to 4; throughput rises all the way (unused)
+    def measure_energy(variant: Variant) -> Candidate:
+        energy = {1: 0.9, 2: 0.6, 4: 0.3, 8: 0.31}[variant.model_instances]
+        row = joules(100 * variant.model_instances, 20, energy, 0.01)
+        return search.score(variant, [row], BUDGET, None, search.ENERGY)
+
+    resolved = walk_settings()
+    results: dict[str, Candidate] = {}
+    for _ in range(50):
+        state = search.quick_walk(resolved, WALK_BASELINE, results)
+        if state.done:
+            break
+        results |= {n: measure_energy(search.parse_variant(n, GPU)) for n in state.pending}
+    assert state.done and state.position == "i4-b1024-p512.1024-q1"
+
+
+def test_the_objective_setting_is_checked_and_survives_a_jobs_json_spec():
+    assert settings({}).objective == search.THROUGHPUT
+    resolved = settings({"model_instances": [1]}, objective="energy")
+    assert resolved.objective == search.ENERGY
+    spec = json.loads(json.dumps(search.settings_spec(resolved)))
+    assert search.settings_from_spec(spec) == resolved
+    # a settings.json written before the objective was a setting
+    del spec["objective"]
+    assert search.settings_from_spec(spec).objective == search.THROUGHPUT
+    with pytest.raises(ConfigError, match="search.objective: unknown objective 'power'; valid"):
+        settings({}, objective="power")
+
+
+def _energy_search_config(meter: str) -> dict[str, Any]:
+    """The shipped config (validated) searching TFT on CPU for the least energy, its CPU meter
+    ``meter``. (The objective is set after validation: the schema is checked on its own.)"""
+    config = validated(base_config())
+    config["models"]["tft"]["search"]["objective"] = "energy"
+    config["sizings"]["cpu"]["tft"]["search"]["objective"] = "energy"
+    config["energy"]["meter"]["cpu"] = meter
+    return config
+
+
+def test_an_energy_search_of_a_run_without_a_meter_fails_when_planned():
+    planned = plan_search(_energy_search_config("rapl"), "tft", "cpu", "onnx", "fp32")
+    assert planned.settings.objective == search.ENERGY
+    assert planned.spec()["settings"]["objective"] == search.ENERGY
+    with pytest.raises(ConfigError, match=r"tft/cpu/onnx/fp32: search.objective energy needs"):
+        plan_search(_energy_search_config("none"), "tft", "cpu", "onnx", "fp32")
+
+
+def test_the_energy_front_marks_more_throughput_for_less_energy():
+    nan = math.nan
+    points = [
+        (100.0, 0.5),  # on it
+        (200.0, 0.4),  # on it: more for less
+        (150.0, 0.45),  # (200, 0.4) dominates
+        (300.0, 0.6),  # on it: the most throughput
+        (300.0, nan),  # not measured: on none, and hides nothing
+        (nan, 0.1),
+    ]
+    assert search.pareto_frontier(points) == [False, True, False, True, False, False]
+
+
+def test_point_rows_mark_the_energy_front_and_leave_it_empty_without_energy(tmp_path):
+    measured = {
+        SIMPLE: [joules(100, 20, 0.30), joules(300, 80, 0.50, concurrency=16)],
+        TWO_INSTANCES: [joules(90, 25, 0.35), joules(120, 30, None, concurrency=4)],
+        BIGGER_BATCH: [joules(200, 40, 0.20, concurrency=4)],
+    }
+    # as the choice job reads them back from the online CSVs
+    measured = {
+        name: search.read_points(write_online(tmp_path, name, rows))
+        for name, rows in measured.items()
+    }
+    rows = search.point_rows(measured, BIGGER_BATCH, SIMPLE, BUDGET)
+    assert all(set(r) == set(search.POINT_COLUMNS) for r in rows)
+    assert [r["energy_frontier"] for r in rows] == [False, True, False, None, True]
+    assert [r["frontier"] for r in rows] == [True, True, False, True, True]
+    assert [r["energy_per_inference_j"] for r in rows] == [0.30, 0.50, 0.35, None, 0.20]
+    assert rows[3]["energy_status"] == NVML_MISSING and rows[0]["energy_status"] == "nvml"
+    assert rows[3]["energy_per_inference_j_ci95"] is None
+
+
+def test_the_choice_records_the_objective_and_the_energy_gain(tmp_path):
+    csvs = {
+        SIMPLE: [joules(100, 20, 0.50, 0.02)],
+        TWO_INSTANCES: [joules(150, 30, 0.25, 0.01, concurrency=4)],
+        BIGGER_BATCH: [joules(1000, 60, 0.01)],
+    }
+    candidates = by_energy(tmp_path, csvs)
+    baseline = candidates[0]
+    chosen = search.choose(candidates, BUDGET, None, baseline.name)
+    run = {"model": "tft", "gpu": CPU, "format": "onnx", "precision": "fp32", "path": "p"}
+    rows = {r["variant"]: r for r in search.candidate_rows(candidates, chosen, baseline, run)}
+    assert all(set(r) == set(search.SEARCH_COLUMNS) for r in rows.values())
+    best = rows[TWO_INSTANCES]
+    assert best["verdict"] == search.CHOSEN and best["energy_per_inference_j"] == 0.25
+    assert best["energy_per_inference_j_ci95"] == 0.01 and best["energy_status"] == "nvml"
+    # the gain is the objective's: twice the inferences per joule of the baseline
+    assert best["gain"] == pytest.approx(2.0) and best["gain_ci95"] > 0
+    assert rows[BIGGER_BATCH]["energy_per_inference_j"] is None  # over the budget
+    resolved = settings({}, CPU_BASELINE, objective="energy")
+    record = search.choice_record(resolved, chosen, baseline, run, 3)
+    assert record["objective"] == search.ENERGY
+    assert record["energy_per_inference_j"] == {"mean": 0.25, "ci95": 0.01}
+    assert record["gain"]["of"] == "inferences per joule"
+    assert record["gain"]["ratio"] == pytest.approx(2.0) and record["gain"]["significant"]
+    # the throughput objective's record says so, its energy empty where not measured
+    (fast,) = scored(tmp_path / "t", {SIMPLE: [point(100, 20)]})
+    record = search.choice_record(settings({}, CPU_BASELINE), fast, fast, run, 1)
+    assert record["objective"] == search.THROUGHPUT and record["gain"]["of"] == "throughput"
+    assert record["energy_per_inference_j"] == {"mean": None, "ci95": None}

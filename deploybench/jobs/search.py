@@ -17,7 +17,8 @@ log = logging.getLogger("deploybench")
 
 
 def _scored(spec: SearchSpec, candidates: list[str]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The search's settings, and each candidate (by name) scored and as measured."""
+    """The search's settings, and each candidate (by name) scored by its objective and as
+    measured (with the energy objective, a candidate without energy measured fails here)."""
     from ..search import read_points, score, settings_from_spec, variant_of_csv
 
     settings = settings_from_spec(spec["settings"])
@@ -27,7 +28,11 @@ def _scored(spec: SearchSpec, candidates: list[str]) -> tuple[Any, dict[str, Any
         variant = variant_of_csv(path, device)
         measured[variant.name] = read_points(path)
         scored[variant.name] = score(
-            variant, measured[variant.name], settings.latency_budget_ms, settings.min_throughput
+            variant,
+            measured[variant.name],
+            settings.latency_budget_ms,
+            settings.min_throughput,
+            settings.objective,
         )
     return settings, scored, measured
 
@@ -62,9 +67,10 @@ def search_choice(
     pbtxt: str,
     best: str,
 ) -> None:
-    """The search's choice (deploybench.search.choose) over every measured candidate:
-    search.csv, the points of the Pareto chart, and best/ (the chosen repository, its
-    config.pbtxt, and choice.json with the gain over the baseline)."""
+    """The search's choice (deploybench.search.choose, by the settings' objective) over every
+    measured candidate: search.csv, the points of the Pareto chart (both fronts marked), and
+    best/ (the chosen repository, its config.pbtxt, and choice.json with the gain over the
+    baseline)."""
     import shutil
 
     from ..io import atomic_path
