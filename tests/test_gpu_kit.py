@@ -340,3 +340,30 @@ def test_the_kit_runs_plan_without_images(gpu, tmp_path):
         "offline": 2,
         "online": 2,
     }
+
+
+def test_beside_published_shows_energy_per_inference_and_why_not(tmp_path):
+    """beside_published.md: each measured point's energy per inference (mJ ± its interval),
+    marked when the GPU throttled; a run without energy (not measured, or a CSV from before
+    the energy columns) shows "—" and the line under the table says why."""
+    beside = kit_script("beside_published")
+    point = {"scenario": "offline", "batch": 1, "concurrency": 1, "throughput": 300.0,
+             "throughput_ci95": 2.0, "p99_latency_ms": 4.0, "stable": True}  # fmt: skip
+    fp32 = tmp_path / "results/tft/H100-pip/ts-trace/fp32"
+    fp32.mkdir(parents=True)
+    measured = {"energy_per_inference_j": 0.6123, "energy_per_inference_j_ci95": 0.0041,
+                "throttled": False, "throttle_reasons": "", "energy_status": "nvml"}  # fmt: skip
+    throttled = {"batch": 16, "energy_per_inference_j": 0.05, "stable": False,
+                 "energy_per_inference_j_ci95": None, "throttled": True,
+                 "throttle_reasons": "sw power cap", "energy_status": "nvml"}  # fmt: skip
+    pd.DataFrame([point | measured, point | throttled]).to_csv(fp32 / "offline.csv", index=False)
+    fp16 = tmp_path / "results/tft/H100-pip/ts-trace/fp16"
+    fp16.mkdir(parents=True)
+    pd.DataFrame([point]).to_csv(fp16 / "offline.csv", index=False)  # no energy columns
+
+    text = beside.table(tmp_path, "H100-pip", "A100", ["fp32", "fp16"])
+    assert "| offline | 1 | 1 | 205.0, 5.3 | 300.0 ± 2.0, 4.00; 612 ± 4.1 | " in text, text
+    assert "300.0 ± 2.0, 4.00; — |" in text, text  # fp16: no energy columns
+    assert "(unstable); 50 (throttled: sw power cap) |" in text, text
+    assert "- H100-pip fp32: energy nvml" in text, text
+    assert "- H100-pip fp16: energy no energy columns" in text, text

@@ -7,17 +7,23 @@ each scenario and point the kit measured, one line: the published row at the sam
 concurrency that ``tft/<published GPU>/ts-trace/fp32`` reproduces (``report.published_rows``:
 TFT's data set, electricity, not the page's traffic rows; DLE's A100 "FP16" rows, which ran fp32
 weights: ``models.tft.published_ran``), then
-each precision the kit ran, throughput ± its 95 % interval and p99. Points the kit measured that
-the page did not publish show "—". The columns name the GPU and driver nvidia-smi gave the
-run's jobs (its provenance), not only the entry. What differs (GPU, the python backend, no NGC
-image, the kit's sizing) is said under the table.
+each precision the kit ran: throughput ± its 95 % interval and p99, then the energy per
+inference ± its 95 % interval over the trials (``energy_per_inference_j``, in mJ: NVML's energy
+counter over perf_analyzer's measured windows, the GPU board only; docs/energy.md), marked when
+the GPU throttled. Points the kit measured that the page did not publish show "—"; energy not
+measured shows "—" and the line under the table says why (``energy_status``); a CSV written
+before energy was measured has no such columns and shows the same. The columns name the GPU and
+driver nvidia-smi gave the run's jobs (its provenance), not only the entry. What differs (GPU,
+the python backend, no NGC image, the kit's sizing) is said under the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -48,17 +54,67 @@ def machine(results: Path, gpu: str, precision: str) -> str:
     return measured_on(run_dir(results, gpu, precision)) or gpu
 
 
+def _present(value: Any) -> bool:
+    """A CSV cell that holds a value: not absent, not empty (pandas reads empty as NaN)."""
+    if value is None:
+        return False
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return str(value).strip() != ""
+
+
+def _flag(value: Any) -> bool:
+    """A CSV's boolean cell (pandas gives a bool, or text in a column with empty cells)."""
+    return _present(value) and str(value).strip().lower() in ("true", "1")
+
+
+def energy_cell(point: pd.Series) -> str:
+    """The point's energy per inference in mJ ± its 95 % half-width (none with one trial), and
+    "throttled (<reasons>)" when the GPU throttled in a trial; "—" when not measured (the
+    columns empty, or absent from an older CSV)."""
+    joules = point.get("energy_per_inference_j")
+    if not _present(joules):
+        return "—"
+    cell = f"{float(joules) * 1000:.3g}"
+    half = point.get("energy_per_inference_j_ci95")
+    if _present(half):
+        cell += f" ± {float(half) * 1000:.2g}"
+    if _flag(point.get("throttled")):
+        reasons = point.get("throttle_reasons")
+        cell += f" (throttled: {reasons})" if _present(reasons) else " (throttled)"
+    return cell
+
+
+def energy_statuses(frames: list[pd.DataFrame | None]) -> list[str]:
+    """The distinct ``energy_status`` of a run's rows ("nvml", "rapl", "not measured: <why>"),
+    in order; "no energy columns" for a CSV written before energy was measured."""
+    statuses: dict[str, None] = {}
+    for frame in frames:
+        if frame is None:
+            continue
+        if "energy_status" not in frame.columns:
+            statuses["no energy columns (a CSV from before energy was measured)"] = None
+            continue
+        for status in frame["energy_status"]:
+            statuses[str(status) if _present(status) else "not recorded"] = None
+    return list(statuses)
+
+
 def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) -> str:
     config = load_config(CONFIG)
     dataset = config["models"]["tft"]["dataset"]
     published = published_rows(config, pd.read_csv(PUBLISHED), REPRODUCED.format(gpu=published_gpu))
     header = ["scenario", "batch", "concurrency", f"{published_gpu} published: infer/s, p99 ms"]
     header += [
-        f"{machine(results, gpu, p)} ({gpu} {p}): infer/s ± 95 %, p99 ms" for p in precisions
+        f"{machine(results, gpu, p)} ({gpu} {p}): infer/s ± 95 %, p99 ms; mJ/infer ± 95 %"
+        for p in precisions
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    frames: dict[str, list[pd.DataFrame | None]] = {p: [] for p in precisions}
     for scenario in SCENARIOS:
         runs = {p: measured(results, gpu, p, scenario) for p in precisions}
+        for precision, frame in runs.items():
+            frames[precision].append(frame)
         points = sorted(
             {
                 (int(r.batch), int(r.concurrency))
@@ -95,6 +151,7 @@ def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) ->
                 cells.append(
                     f"{point.throughput:.1f} ± {point.throughput_ci95:.1f}, {point.p99_latency_ms:.2f}"
                     + ("" if point.stable else " (unstable)")
+                    + f"; {energy_cell(point)}"
                 )
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -105,6 +162,16 @@ def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) ->
         "workflow's kit, served by pytriton's Triton 2.51 python backend (a "
         "host-memory hop per request), no NGC image, the kit's sizing (2 trials a point)."
     )
+    lines.append("")
+    lines.append(
+        "Energy: `energy_per_inference_j` × 1000, its 95 % interval over the trials; the GPU "
+        "board's energy (NVML's total-energy counter over perf_analyzer's measured windows), not "
+        f"the host's nor the wall's (docs/energy.md). {published_gpu}: not published."
+    )
+    for precision in precisions:
+        statuses = energy_statuses(frames[precision])
+        if statuses:
+            lines.append(f"- {gpu} {precision}: energy {'; '.join(statuses)}")
     return "\n".join(lines)
 
 
