@@ -18,6 +18,8 @@ class RunChart(str, Enum):  # not StrEnum (3.11): jobs run on the V100 images' P
     ONLINE_THROUGHPUT_LATENCY = "online_throughput_latency"
     PUBLISHED_OFFLINE = "published_offline"
     PUBLISHED_ONLINE = "published_online"
+    # Both scenarios: throughput against joules per inference (the energy meter's), or why not.
+    ENERGY_THROUGHPUT = "energy_throughput"
 
     def __str__(self) -> str:  # as StrEnum's: the value
         return self.value

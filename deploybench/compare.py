@@ -26,18 +26,38 @@ from .stats import Change, Interval, change
 SCENARIOS = ("offline", "online")
 POINT = ["scenario", "batch", "concurrency"]
 RUN = ["model", "gpu", "format", "precision"]
-# The compared values, and whether more is better (throughput) or worse (latency).
-METRICS: dict[str, bool] = {"throughput": True, "p99_latency_ms": False}
-METRIC_LABELS = {"throughput": "throughput", "p99_latency_ms": "p99 latency"}
-METRIC_HEADINGS = {"throughput": "Throughput", "p99_latency_ms": "p99 latency"}
+# The energy meter's joules per inference: empty where nothing measured it (energy_status
+# says why), absent from a CSV written before energy was measured.
+ENERGY = "energy_per_inference_j"
+ENERGY_STATUS = "energy_status"
+# The compared values, and whether more is better (throughput) or worse (latency, energy).
+METRICS: dict[str, bool] = {"throughput": True, "p99_latency_ms": False, ENERGY: False}
+METRIC_LABELS = {
+    "throughput": "throughput",
+    "p99_latency_ms": "p99 latency",
+    ENERGY: "energy per inference",
+}
+METRIC_HEADINGS = {
+    "throughput": "Throughput",
+    "p99_latency_ms": "p99 latency",
+    ENERGY: "Energy per inference",
+}
+METRIC_UNITS = {"throughput": "inferences/s", "p99_latency_ms": "ms", ENERGY: "J"}
+PREDATES_ENERGY = "not measured: the CSV has no energy columns (written before energy was measured)"
+# Metrics a point may lack on a side (nothing measured it): "not measured", never a regression.
+OPTIONAL_METRICS = frozenset({ENERGY})
 
 REGRESSION = "regression"
 SLOWER = "slower"
 FASTER = "faster"
 NO_CHANGE = "no significant change"
 NO_INTERVAL = "no interval"
-# A point's verdict is its worst metric's (a faster throughput does not hide a slower p99).
-VERDICTS = (REGRESSION, SLOWER, FASTER, NO_CHANGE, NO_INTERVAL)
+NOT_MEASURED = "not measured"
+# A point's verdict is its worst metric's (a faster throughput does not hide a slower p99);
+# a metric not measured on a side leaves it to the others'.
+VERDICTS = (REGRESSION, SLOWER, FASTER, NO_CHANGE, NO_INTERVAL, NOT_MEASURED)
+# Energy's words for slower and faster: more or fewer joules per inference.
+WORDS = {ENERGY: {SLOWER: "more energy", FASTER: "less energy"}}
 
 
 class CompareError(DeploybenchError, ValueError):
@@ -52,7 +72,39 @@ def measured(row: Mapping[str, Any], column: str) -> Interval:
     half = _number(row.get(INTERVAL_COLUMNS.get(column, column + "_ci95")))
     trials = _number(row.get("trials"))
     n = 1 if math.isnan(trials) else int(trials)
-    return Interval(_number(row[column]), half if n > 1 else math.nan, n)
+    return Interval(_number(row.get(column)), half if n > 1 else math.nan, n)
+
+
+def has_energy(frame: pd.DataFrame) -> bool:
+    """Whether any row of ``frame`` holds an energy per inference."""
+    if ENERGY not in frame.columns:
+        return False
+    return bool(pd.to_numeric(frame[ENERGY], errors="coerce").notna().any())
+
+
+def not_measured(frame: pd.DataFrame) -> list[str]:
+    """Why the rows of ``frame`` without an energy per inference have none: their distinct
+    ``energy_status`` ("not measured: <why>"), in order; empty where every row has one. A CSV
+    written before energy was measured has neither column: it says so."""
+    if ENERGY not in frame.columns:
+        return [PREDATES_ENERGY] if not frame.empty else []
+    lacking = frame[pd.to_numeric(frame[ENERGY], errors="coerce").isna()]
+    if lacking.empty:
+        return []
+    statuses = lacking.get(ENERGY_STATUS, pd.Series("", index=lacking.index))
+    reasons = [_reason(value) for value in statuses]
+    return list(dict.fromkeys(reasons))
+
+
+def _reason(status: Any) -> str:
+    """A row's ``energy_status`` as why it has no energy per inference."""
+    text = "" if status is None or (isinstance(status, float) and math.isnan(status)) else status
+    text = str(text).strip()
+    if not text:
+        return "not measured: no energy_status recorded"
+    if text.startswith(NOT_MEASURED):
+        return text
+    return f"not measured: {text} recorded no energy for it"  # a meter, but no value
 
 
 def _number(value: Any) -> float:
@@ -64,9 +116,16 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def verdict(moved: Change, higher_is_better: bool, threshold_pct: float | None = None) -> str:
-    """``moved`` in words: faster or slower when significant; a regression when also worse
-    than ``threshold_pct`` % (None: never a regression)."""
+def verdict(
+    moved: Change,
+    higher_is_better: bool,
+    threshold_pct: float | None = None,
+    metric: str | None = None,
+) -> str:
+    """``moved`` in words: faster or slower when significant (``metric``'s own words for them
+    where it has some: :data:`WORDS`); a regression when also worse than ``threshold_pct`` %
+    (None: never a regression)."""
+    words = WORDS.get(metric or "", {})
     if math.isnan(moved.ratio):
         return NO_INTERVAL
     if not moved.significant:
@@ -74,21 +133,39 @@ def verdict(moved: Change, higher_is_better: bool, threshold_pct: float | None =
     # (significant with a NaN ratio half-width: B measured 0, a loss to report all the same)
     better = moved.ratio > 1 if higher_is_better else moved.ratio < 1
     if better:
-        return FASTER
+        return words.get(FASTER, FASTER)
     if threshold_pct is not None:
         limit = threshold_pct / 100
         worse = 1 - moved.ratio if higher_is_better else moved.ratio - 1
         if worse > limit:
             return REGRESSION
-    return SLOWER
+    return words.get(SLOWER, SLOWER)
+
+
+def category(word: str) -> str:
+    """The verdict (:data:`VERDICTS`) a metric's verdict word stands for: "more energy" is
+    energy's "slower"; a point's verdict by its first word(s), "slower (p99 latency)"."""
+    word = word.split(" (", 1)[0]
+    for words in WORDS.values():
+        for meaning, said in words.items():
+            if word == said:
+                return meaning
+    return word
 
 
 def point_verdict(verdicts: Mapping[str, str]) -> str:
     """One point's verdict from its metrics' (the worst), naming the metrics it comes from
-    when the others differ: "regression (p99 latency)"."""
-    worst = min(verdicts.values(), key=VERDICTS.index)
-    which = [METRIC_LABELS.get(m, m) for m, v in verdicts.items() if v == worst]
-    return worst if len(which) == len(verdicts) else f"{worst} ({', '.join(which)})"
+    when the others differ: "regression (p99 latency)". A metric not measured on a side
+    (energy without a meter) is left out: it neither hides nor names the others' verdicts."""
+    measured_ = {m: v for m, v in verdicts.items() if v != NOT_MEASURED} or dict(verdicts)
+    worst = min((category(v) for v in measured_.values()), key=VERDICTS.index)
+    said: dict[str, list[str]] = {}  # the worst's words (slower, more energy) → their metrics
+    for metric, word in measured_.items():
+        if category(word) == worst:
+            said.setdefault(word, []).append(METRIC_LABELS.get(metric, metric))
+    if len(said) == 1 and len(next(iter(said.values()))) == len(measured_):
+        return next(iter(said))
+    return ", ".join(f"{word} ({', '.join(which)})" for word, which in said.items())
 
 
 def compare_frames(
@@ -115,7 +192,10 @@ def compare_frames(
             for metric, higher_is_better in METRICS.items():
                 a, b = measured(side["a"], metric), measured(side["b"], metric)
                 moved = change(a, b)
-                verdicts[metric] = verdict(moved, higher_is_better, threshold_pct)
+                if metric in OPTIONAL_METRICS and (math.isnan(a.mean) or math.isnan(b.mean)):
+                    verdicts[metric] = NOT_MEASURED  # no meter on a side: nothing to compare
+                else:
+                    verdicts[metric] = verdict(moved, higher_is_better, threshold_pct, metric)
                 row |= {
                     f"{metric}_a": a.mean,
                     f"{metric}_a_ci95": a.half_width,
@@ -221,20 +301,29 @@ class Comparison:
 
     def counts(self) -> dict[str, int]:
         """Points per verdict (the worst metric's), in the order of :data:`VERDICTS`."""
-        worst = self.points["verdict"].str.split(" (", n=1, regex=False).str[0]
+        worst = self.points["verdict"].map(category)
         return {v: int((worst == v).sum()) for v in VERDICTS}
+
+    def energy_counts(self) -> dict[str, int]:
+        """Points per verdict of their energy per inference ("more energy", "not measured",
+        ...), in the order of :data:`VERDICTS`."""
+        said = self.points.get(f"{ENERGY}_verdict", pd.Series(dtype=object)).dropna()
+        words = {v: WORDS[ENERGY].get(v, v) for v in VERDICTS}
+        return {words[v]: int((said.map(category) == v).sum()) for v in VERDICTS}
 
     def summary(self) -> str:
         """One line: points compared and their verdicts ("no regression" when none: the word
-        appears otherwise only where there is one)."""
+        appears otherwise only where there is one), and how their energy per inference moved."""
         counts = self.counts()
         found = counts.pop(REGRESSION)
         counted = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         worse = f"{found} regression(s)" if found else "no regression"
+        energy = ", ".join(f"{n} {v}" for v, n in self.energy_counts().items() if n)
         return (
             f"{len(self.points)} point(s) of {self.points['run'].nunique()} run(s) compared, "
             f"B against A: {worse} (a significant change worse than {self.threshold_pct:g} %)"
-            + (f"; {counted}." if counted else ".")
+            + (f"; {counted}" if counted else "")
+            + (f"; {METRIC_LABELS[ENERGY]}: {energy}." if energy else ".")
         )
 
 
@@ -273,6 +362,8 @@ def compare_trees(a: str | Path, b: str | Path, threshold_pct: float) -> Compari
             if only
         ]
     without_interval: dict[str, list[str]] = {"A": [], "B": []}
+    # side → why its CSVs' points have no energy per inference → those CSVs
+    without_energy: dict[str, dict[str, list[str]]] = {"A": {}, "B": {}}
     tables = []
     for name, dir_a, dir_b in pairs:
         for scenario in SCENARIOS:
@@ -287,6 +378,8 @@ def compare_trees(a: str | Path, b: str | Path, threshold_pct: float) -> Compari
                 frame = read_perf_csv(csv)
                 if "throughput_ci95" not in frame.columns:
                     without_interval[label].append(str(csv))
+                for reason in not_measured(frame):
+                    without_energy[label].setdefault(reason, []).append(str(csv))
                 frames[label] = frame.assign(scenario=scenario)
             table = compare_frames(frames["A"], frames["B"], POINT, threshold_pct)
             unmatched = len(frames["A"]) + len(frames["B"]) - 2 * len(table)
@@ -300,6 +393,12 @@ def compare_trees(a: str | Path, b: str | Path, threshold_pct: float) -> Compari
                 f"trials): their points have no interval and are never significant: "
                 + ", ".join(files)
             )
+    for label, reasons in without_energy.items():
+        notes += [
+            f"{label}: {METRIC_LABELS[ENERGY]} {reason} ({', '.join(files)}): "
+            "not compared there (its verdict: not measured)"
+            for reason, files in reasons.items()
+        ]
     points = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     if points.empty:
         raise CompareError(f"no points in common between A ({a}) and B ({b}): " + "; ".join(notes))
@@ -313,7 +412,8 @@ def read_perf_csv(path: Path) -> pd.DataFrame:
         frame = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
         raise CompareError(f"{path} is not a perf CSV: {error}") from error
-    missing = [c for c in ("batch", "concurrency", *METRICS) if c not in frame.columns]
+    needed = [m for m in METRICS if m not in OPTIONAL_METRICS]  # an older CSV lacks energy
+    missing = [c for c in ("batch", "concurrency", *needed) if c not in frame.columns]
     if missing:
         raise CompareError(f"{path} is not a perf CSV: it has no column {', '.join(missing)}")
     return frame

@@ -4,6 +4,7 @@ Over 600 lines on purpose: every run chart and its registration sit together, sh
 
 Offline (static batching): throughput and latency quantiles vs batch size. Online (dynamic
 batching): the stacked latency breakdown and throughput vs p99 latency over the concurrency sweep.
+Both: throughput vs the energy meter's joules per inference (or why energy was not measured).
 Every chart draws one series per *configuration* ("gpu/format/precision"), so runs concatenated
 from several formats, precisions or GPUs compare on one chart. Every measured value with a 95 %
 confidence interval (its ``_ci95`` column, over the point's trials) carries it as an error bar,
@@ -55,6 +56,7 @@ from .chart_kit import (  # noqa: F401 - CONFIG, SOURCE, UNSTABLE_COLOR, save, s
 )
 from .chart_names import RunChart
 from .columns import INTERVAL_COLUMNS, chart_labels
+from .compare import has_energy, not_measured
 from .errors import ConfigError, ResultsError
 from .search import MEASURED
 
@@ -305,6 +307,128 @@ def online_throughput_latency(rows: pd.DataFrame) -> alt.LayerChart:
         y=("throughput", THROUGHPUT_TITLE),
         title="Throughput vs Latency",
         order="concurrency",
+    )
+
+
+# The energy chart: throughput against the meter's joules per inference, each point labelled
+# by the setting its scenario sweeps.
+ENERGY = "energy_per_inference_j"
+ENERGY_TITLE = "Energy per inference [J]"
+ENERGY_CHART_TITLE = "Throughput vs Energy per inference"
+POINT_LABELS = {"offline": "batch", "online": "conc."}
+SCENARIO_PANELS = {
+    "offline": "Offline (static batching, concurrency 1)",
+    "online": "Online (dynamic batching over concurrency)",
+}
+
+
+@run_chart(RunChart.ENERGY_THROUGHPUT)
+def energy_throughput(inputs: ChartInputs) -> alt.TopLevelMixin:
+    """Throughput against joules per inference, a panel per scenario, one mark per point
+    (labelled with its batch size or concurrency) with its 95 % error bars on both axes.
+
+    Energy is empty where the run's meter measured nothing (a CPU without RAPL, a MIG
+    instance, meter none): the chart is drawn all the same (every run has every chart file)
+    and says "energy not measured: <why>" (the rows' ``energy_status``) in its title, or in the
+    panel of the one scenario without it. Rows of a CSV from before the energy columns: not
+    measured, and the text says so.
+    """
+    panels, missing = [], {}
+    for scenario in SCENARIO_X:
+        rows = inputs.rows(scenario)
+        points = _points(rows, scenario)
+        if points.empty:
+            missing[scenario] = f"no {scenario} points"
+        elif not has_energy(points):
+            missing[scenario] = "; ".join(_why(r) for r in not_measured(points))
+        panels.append((scenario, rows))
+    models = sorted(
+        {str(m) for _, rows in panels if "model" in rows.columns for m in rows["model"].unique()}
+    )
+    if len(missing) == len(panels):
+        text = "energy not measured: " + "; ".join(dict.fromkeys(missing.values()))
+        return _note_chart(
+            text, alt.TitleParams(f"{ENERGY_CHART_TITLE}: {text}", subtitle=models or alt.Undefined)
+        )
+    drawn = pd.concat(
+        [_energy_rows(rows, s) for s, rows in panels if s not in missing], ignore_index=True
+    )
+    configurations = sorted(drawn[CONFIG].unique())
+    charts = [
+        _note_chart(
+            f"energy not measured: {missing[scenario]}",
+            alt.TitleParams(SCENARIO_PANELS[scenario], fontSize=12),
+        )
+        if scenario in missing
+        else _energy_panel(
+            drawn[drawn["scenario"] == scenario], scenario, config_color(drawn, configurations)
+        )
+        for scenario, _ in panels
+    ]
+    subtitle = [*models] + [
+        f"{scenario}: energy not measured: {why}" for scenario, why in missing.items()
+    ]
+    return alt.hconcat(
+        *charts, title=alt.TitleParams(ENERGY_CHART_TITLE, subtitle=subtitle or alt.Undefined)
+    )
+
+
+def _why(reason: str) -> str:
+    """A status "not measured: <why>" as its why."""
+    return reason.removeprefix("not measured").lstrip(": ") or reason
+
+
+def _points(rows: pd.DataFrame, scenario: str) -> pd.DataFrame:
+    return rows[rows["scenario"] == scenario] if "scenario" in rows.columns else rows
+
+
+def _energy_rows(rows: pd.DataFrame, scenario: str) -> pd.DataFrame:
+    """The scenario's points that have energy, prepared (:func:`prepare`) and labelled."""
+    x = SCENARIO_X[scenario]
+    data = prepare(rows, scenario, [x, "throughput", ENERGY], optional=["power_mean_w"])
+    data["scenario"] = scenario
+    data["point"] = POINT_LABELS[scenario] + " " + data[x].astype(int).astype(str)
+    return data
+
+
+def _energy_panel(data: pd.DataFrame, scenario: str, color: alt.Color) -> alt.LayerChart:
+    # padding: room for the right-most point's label inside the plot
+    x = alt.X(f"{ENERGY}:Q", title=ENERGY_TITLE, scale=alt.Scale(zero=False, padding=40))
+    y = alt.Y("throughput:Q", title=THROUGHPUT_TITLE, scale=alt.Scale(zero=False))
+    tooltip = [
+        alt.Tooltip(f"{CONFIG}:N"),
+        alt.Tooltip("point:N"),
+        alt.Tooltip("throughput:Q", title=THROUGHPUT_TITLE),
+        alt.Tooltip(f"{INTERVAL_COLUMNS['throughput']}:Q", title=f"throughput {CI_TITLE}"),
+        alt.Tooltip(f"{ENERGY}:Q", title=ENERGY_TITLE, format=".4g"),
+        alt.Tooltip(f"{INTERVAL_COLUMNS[ENERGY]}:Q", title=f"energy {CI_TITLE}", format=".2g"),
+        alt.Tooltip("power_mean_w:Q", title="mean power [W]", format=".1f"),
+    ]
+    dots = alt.Chart().mark_point(filled=True, size=60, opacity=1)
+    labels = alt.Chart().mark_text(align="left", baseline="middle", dx=7, fontSize=10)
+    layers = [
+        dots.encode(x=x, y=y, color=color, tooltip=tooltip),
+        labels.encode(x=x, y=y, text="point:N", color=color),
+        *error_bars(
+            data,
+            x,
+            y,
+            x_error=INTERVAL_COLUMNS[ENERGY],
+            y_error=INTERVAL_COLUMNS["throughput"],
+            color=color,
+        ),
+        *unstable_marks(data, x, y),
+    ]
+    title = alt.TitleParams(SCENARIO_PANELS[scenario], fontSize=12)
+    return layered(layers, data, title).interactive(name=f"zoom_{scenario}")
+
+
+def _note_chart(text: str, title: alt.TitleParams) -> alt.Chart:
+    """A panel holding only ``text``: what a chart without data says instead."""
+    return (
+        alt.Chart(alt.Data(values=[{"note": text}]), title=title)
+        .mark_text(fontSize=13, color=UNSTABLE_COLOR, lineBreak="\n")
+        .encode(text="note:N")
     )
 
 

@@ -22,14 +22,16 @@ from typing import Any
 import pandas as pd
 
 from .chart_names import RunChart
-from .columns import INTERVAL_COLUMNS, TABLE_LABELS
+from .columns import INTERVAL_COLUMNS, PERF_COLUMNS, TABLE_LABELS
 from .compare import (
+    ENERGY,
     METRIC_HEADINGS,
     POINT,
     compare_frames,
     compared_columns,
     format_interval,
     measured,
+    not_measured,
 )
 from .config import ConfigError, published_ran, reference_format, reference_model, reference_run
 from .engines import describe as describe_engines
@@ -370,6 +372,129 @@ def chart_image(png: str, alt: str | None = None) -> str:
     return f"[![{alt or path.stem}]({png})]({path.with_suffix('.html').as_posix()})"
 
 
+# The energy meter's columns: a point without them says "not measured" in their cells.
+ENERGY_COLUMNS = frozenset(c.name for c in PERF_COLUMNS if c.source == "energy")
+NOT_MEASURED = "not measured"
+# The p99 a point's tail_note (too few requests for a bound) is marked in, and the mark.
+TAIL_MARKED = "p99_latency_ms"
+TAIL_MARK = "†"
+# What each meter's counter measures (a measured point's energy_status).
+METERS = {
+    "nvml": "the GPU's board energy (NVML's total energy counter, nvmlDeviceGetTotalEnergyConsumption)",
+    "rapl": "the CPU's package energy (RAPL's energy counter, intel-rapl package domains)",
+}
+
+
+def results_table(frame: pd.DataFrame) -> str:
+    """A scenario's points as the seed pages' table (``columns.TABLE_LABELS``), each value with
+    its 95 % interval; an energy cell a point has no value of says "not measured"; a p99 whose
+    tail rests on too few requests (its ``tail_note``) is marked "†", said under the table."""
+    rows = frame.copy()
+    for column in ENERGY_COLUMNS & set(TABLE_LABELS) & set(rows.columns):
+        rows[column] = rows[column].astype(object).where(rows[column].notna(), NOT_MEASURED)
+    notes = _notes(rows)
+    if TAIL_MARKED in rows.columns and notes.any():
+        half = rows.get(INTERVAL_COLUMNS[TAIL_MARKED], pd.Series(math.nan, index=rows.index))
+        rows[TAIL_MARKED] = [
+            f"{format_interval(_float(v), _float(h))} {TAIL_MARK}" if note and _is_number(v) else v
+            for v, h, note in zip(rows[TAIL_MARKED], half, notes, strict=True)
+        ]
+    parts = [markdown_table(rows, TABLE_LABELS)]
+    footnote = tail_footnote(frame)
+    return "\n\n".join([*parts, footnote] if footnote else parts)
+
+
+def _notes(frame: pd.DataFrame) -> pd.Series:
+    """Each row's tail_note, "" where it has none (an empty CSV cell, a CSV without it)."""
+    if "tail_note" not in frame.columns:
+        return pd.Series("", index=frame.index, dtype=object)
+    return frame["tail_note"].map(lambda v: "" if _missing(v) else str(v))
+
+
+def tail_footnote(frame: pd.DataFrame) -> str | None:
+    """What the "†" of a table's p99s means: each marked point and its tail_note."""
+    notes = _notes(frame)
+    if not notes.any():
+        return None
+    said = [
+        f"batch {_integer(row.get('batch'))} concurrency {_integer(row.get('concurrency'))}: {note}"
+        for row, note in zip(frame.to_dict("records"), notes, strict=True)
+        if note
+    ]
+    return (
+        f"{TAIL_MARK} p99 from too few requests for MLPerf's early-stopping bound at 99 % "
+        "confidence (the p99 bound column is empty there): " + "; ".join(said) + "."
+    )
+
+
+def energy_note(
+    offline: pd.DataFrame, online: pd.DataFrame, provenance: Mapping[str, Any] | None = None
+) -> str:
+    """What the run's energy columns hold: which meter's counter measured them (NVML's board
+    energy, RAPL's package energy) and the idle power, or why nothing did; the points the GPU
+    throttled in (also unstable: ``unstable_reason`` says so)."""
+    scenarios = {"offline": offline, "online": online}
+    measured_rows = {s: _with_energy(f) for s, f in scenarios.items()}
+    both = pd.concat(measured_rows.values(), ignore_index=True)
+    meters = list(dict.fromkeys(str(m) for m in _column(both, "energy_status") if not _missing(m)))
+    sentences = []
+    if meters:
+        which = " and ".join(METERS.get(m, m) for m in meters)
+        sentences.append(
+            f"Energy per inference is {which}, differenced over each trial's measured windows "
+            "and divided by the inferences they completed (the trials' mean ± 95 %); above "
+            "idle: less the idle power over the same seconds."
+        )
+        idle = _watts(both, "idle_power_w", "{:.1f} W")
+        limit = _watts(both, "power_limit_w", "{:.0f} W")
+        said = (
+            f"Idle power {idle} (the server loaded, no load)" if idle else "Idle power not measured"
+        )
+        sentences.append(said + (f"; power limit {limit}." if limit else "."))
+        facts = ((provenance or {}).get("energy") or {}).get("meter_facts") or {}
+        named = [str(facts[k]) for k in ("name", "uuid", "driver") if facts.get(k)]
+        if named:
+            sentences.append(f"Meter: {', '.join(named)}.")
+        throttled = [
+            f"{scenario} {_point_name(row)}"
+            + ("" if _missing(row.get("throttle_reasons")) else f" ({row['throttle_reasons']})")
+            for scenario, frame in measured_rows.items()
+            for row in frame.to_dict("records")
+            if _true(row.get("throttled"))
+        ]
+        if throttled:
+            sentences.append(f"Throttled (power or thermal), so unstable: {'; '.join(throttled)}.")
+        elif "throttled" in both.columns and both["throttled"].notna().any():
+            sentences.append("No point throttled.")
+    for scenario, frame in scenarios.items():
+        reasons = not_measured(frame)
+        if reasons:
+            some = "" if measured_rows[scenario].empty else ", some points"
+            sentences.append(f"{scenario.capitalize()}{some}: energy {'; '.join(reasons)}.")
+    return " ".join(sentences) or "No points: no energy."
+
+
+def _with_energy(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``frame`` that hold an energy per inference."""
+    if ENERGY not in frame.columns:
+        return frame.iloc[:0]
+    return frame[pd.to_numeric(frame[ENERGY], errors="coerce").notna()]
+
+
+def _column(frame: pd.DataFrame, column: str) -> pd.Series:
+    return frame[column] if column in frame.columns else pd.Series(dtype=object)
+
+
+def _watts(frame: pd.DataFrame, column: str, form: str) -> str:
+    """The distinct values of a watts column, formatted, joined; "" when it has none."""
+    values = pd.to_numeric(_column(frame, column), errors="coerce").dropna()
+    return ", ".join(sorted({form.format(v) for v in values}))
+
+
+def _point_name(row: Mapping[str, Any]) -> str:
+    return f"batch {_integer(row.get('batch'))} concurrency {_integer(row.get('concurrency'))}"
+
+
 def run_section(
     run_path: str,
     offline: pd.DataFrame,
@@ -386,9 +511,11 @@ def run_section(
         "### Plots",
         *[chart_image(p) for p in plots],
         "### Offline: static batching, concurrency 1",
-        markdown_table(offline, TABLE_LABELS),
+        results_table(offline),
         "### Online: dynamic batching over concurrency",
-        markdown_table(online, TABLE_LABELS),
+        results_table(online),
+        "### Energy",
+        energy_note(offline, online, provenance),
         "### Provenance",
         provenance_summary(provenance),
     ]

@@ -3,7 +3,9 @@
 For a run directory (``results/<model>/<gpu>/<format>/<precision>``): the run, what measured it
 (the GPUs nvidia-smi named, with their driver, else the CPU: its perf provenance), the accuracy
 verdict (``accuracy.csv``, ``task.csv``), a row per measured point of each scenario whose CSV
-exists (throughput ± the half-width of its 95 % interval, p99 latency, stable or why not), then
+exists (throughput ± the half-width of its 95 % interval, p99 latency, joules per inference ±
+its interval, stable or why not; what measured the energy, or why nothing did, once per
+scenario; a p99 backed by too few requests for a bound marked "†" and said once below), then
 the paths of the run's CSVs, charts (``<run>/plots/``) and report pages
 (``reports/<set>/<model>.html`` in the workdir) that exist, or how to make them.
 
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .chart_names import RUN_CHARTS
-from .columns import INTERVAL_COLUMNS, SUMMARY_CELLS
+from .columns import INTERVAL_COLUMNS, PERF_COLUMNS, SUMMARY_CELLS, SummaryCell
 from .errors import ResultsError
 from .progress import count
 
@@ -35,13 +37,36 @@ EXPECTED = (
     "holding accuracy.csv, offline.csv or online.csv"
 )
 MAKE = ".venv/bin/snakemake --profile profiles/local"
+# The energy meter's columns: a scenario none of whose points has one shows no cell of them,
+# and says once why not (their energy_status) instead of a column of blanks.
+ENERGY_COLUMNS = frozenset(c.name for c in PERF_COLUMNS if c.source == "energy")
+ENERGY = "energy_per_inference_j"
+NOT_MEASURED = "not measured"
+# What each meter's counter measures (the energy_status of a measured point).
+METERS = {
+    "nvml": "GPU board energy (NVML's total energy counter)",
+    "rapl": "CPU package energy (RAPL's energy counter)",
+}
+# The cell a point whose tail rests on too few requests (its tail_note) is marked in, and how.
+TAIL_MARKED = "p99_latency_ms"
+TAIL_MARK = "†"
+
+
+def heading(cells: dict[str, SummaryCell]) -> str:
+    """A point line's heading: batch, concurrency, ``cells``' headings, stable or why not."""
+    return "  ".join(
+        ["", f"{'batch':>5}", f"{'conc.':>5}"]
+        + [
+            f"{cell.heading:>{cell.width}}" + (" " if column == TAIL_MARKED else "")
+            for column, cell in cells.items()
+        ]
+        + ["stable"]
+    )
+
+
 # A point's line: batch, concurrency, the columns with a summary cell (columns.SUMMARY_CELLS:
-# throughput ± its interval, p99 latency), stable or why not.
-HEADING = "  ".join(
-    ["", f"{'batch':>5}", f"{'conc.':>5}"]
-    + [f"{cell.heading:>{cell.width}}" for cell in SUMMARY_CELLS.values()]
-    + ["stable"]
-)
+# throughput ± its interval, p99 latency, joules per inference ± its interval), stable or why.
+HEADING = heading(SUMMARY_CELLS)
 
 
 @dataclass(frozen=True)
@@ -161,14 +186,23 @@ def accuracy_lines(run: Path) -> list[str]:
     return lines
 
 
+def decimals(value: float) -> int:
+    """Decimals that show ``value`` to at least 3 significant digits, at least one: 1234.5,
+    12.3, 0.0123 (joules per inference are small numbers)."""
+    if not math.isfinite(value) or value == 0 or abs(value) >= 10:
+        return 1
+    return min(8, 2 - math.floor(math.log10(abs(value))))
+
+
 def interval_text(value: float, half: float) -> str:
     """``value ± half (pct %)``; the value alone without an interval (one trial)."""
     if math.isnan(value):
         return "?"
+    places = decimals(value)
     if math.isnan(half):
-        return f"{value:.1f} (no interval)"
+        return f"{value:.{places}f} (no interval)"
     pct = f"{half / value * 100:.1f} %" if value else "?"
-    return f"{value:.1f} ± {half:.1f} ({pct})"
+    return f"{value:.{places}f} ± {half:.{places}f} ({pct})"
 
 
 def stable_text(row: dict[str, str]) -> str:
@@ -182,20 +216,92 @@ def stable_text(row: dict[str, str]) -> str:
     return "?"
 
 
-def point_line(row: dict[str, str]) -> str:
-    cells = [f"{row.get('batch', '?'):>5}", f"{row.get('concurrency', '?'):>5}"]
-    for column, cell in SUMMARY_CELLS.items():
+def point_line(row: dict[str, str], cells: dict[str, SummaryCell] | None = None) -> str:
+    """A point's line: its ``cells`` (None: every summary cell); an energy cell the point has
+    no value of says "not measured", a p99 resting on too few requests is marked "†"."""
+    texts = [f"{row.get('batch', '?'):>5}", f"{row.get('concurrency', '?'):>5}"]
+    for column, cell in (SUMMARY_CELLS if cells is None else cells).items():
         value = _number(row.get(column))
-        if cell.interval:
+        if column in ENERGY_COLUMNS and math.isnan(value):
+            text = NOT_MEASURED
+        elif cell.interval:
             text = interval_text(value, _number(row.get(INTERVAL_COLUMNS[column])))
-            cells.append(f"{text:>{cell.width}}")
         else:
-            cells.append(f"{value:>{cell.width}.2f}")
-    return "  ".join(["", *cells, stable_text(row)])
+            text = f"{value:.2f}"
+        if column == TAIL_MARKED:
+            # a place for the mark after the width: the numbers stay aligned, marked or not
+            texts.append(f"{text:>{cell.width}}{TAIL_MARK if row.get('tail_note') else ' '}")
+        else:
+            texts.append(f"{text:>{cell.width}}")
+    return "  ".join(["", *texts, stable_text(row)])
+
+
+def shown_cells(rows: Sequence[dict[str, str]]) -> dict[str, SummaryCell]:
+    """The summary cells of a scenario's points: the energy ones only where a point has one."""
+    measured = any(not math.isnan(_number(r.get(ENERGY))) for r in rows)
+    return {c: cell for c, cell in SUMMARY_CELLS.items() if measured or c not in ENERGY_COLUMNS}
+
+
+def energy_line(rows: Sequence[dict[str, str]]) -> str | None:
+    """What measured the scenario's energy and the idle power, or why nothing did; the points
+    the GPU throttled in. None without points."""
+    if not rows:
+        return None
+    measured = [r for r in rows if not math.isnan(_number(r.get(ENERGY)))]
+    parts = []
+    meters = dict.fromkeys(str(r.get("energy_status") or "?") for r in measured)
+    if measured:
+        parts.append(", ".join(METERS.get(m, m) for m in meters))
+        idle = sorted(
+            {f"{v:.1f} W" for r in measured if not math.isnan(v := _number(r.get("idle_power_w")))}
+        )
+        parts.append(f"idle {', '.join(idle)}" if idle else "idle power not measured")
+        throttled = [r for r in measured if str(r.get("throttled")).lower() == "true"]
+        if throttled:
+            reasons = dict.fromkeys(
+                why
+                for r in throttled
+                for why in str(r.get("throttle_reasons") or "").split("; ")
+                if why
+            )
+            said = f" ({', '.join(reasons)})" if reasons else ""
+            parts.append(f"throttled at {count(len(throttled), 'point')}{said}")
+    lacking = [r for r in rows if math.isnan(_number(r.get(ENERGY)))]
+    if lacking:
+        reasons = dict.fromkeys(_not_measured(r) for r in lacking)
+        some = "" if not measured else f"{count(len(lacking), 'point')} "
+        parts.append(some + "; ".join(reasons))
+    return "energy: " + "; ".join(parts)
+
+
+def _not_measured(row: dict[str, str]) -> str:
+    """A row's ``energy_status`` as why it has no energy: "not measured: <why>"."""
+    if "energy_status" not in row:
+        return "not measured (the CSV predates energy measurement)"
+    status = (row.get("energy_status") or "").strip()
+    if not status:
+        return "not measured (no energy_status recorded)"
+    return status if status.startswith(NOT_MEASURED) else f"not measured ({status} gave no value)"
+
+
+def tail_footnote(rows: Sequence[dict[str, str]]) -> str | None:
+    """Once per scenario, what the "†" of its marked p99s means: each point's tail_note ("too
+    few requests for a p99 bound: 120 of 662"), the words they share said once."""
+    noted = [r for r in rows if r.get("tail_note")]
+    if not noted:
+        return None
+    notes = [str(r["tail_note"]) for r in noted]
+    heads = {n.rsplit(": ", 1)[0] for n in notes}
+    where = [f"batch {r.get('batch', '?')} conc. {r.get('concurrency', '?')}" for r in noted]
+    if len(heads) == 1 and all(": " in n for n in notes):
+        details = [f"{n.rsplit(': ', 1)[1]} ({w})" for n, w in zip(notes, where, strict=True)]
+        return f"{TAIL_MARK} {next(iter(heads))}: {', '.join(details)}"
+    return f"{TAIL_MARK} " + "; ".join(f"{w}: {n}" for n, w in zip(notes, where, strict=True))
 
 
 def scenario_lines(run: Path, scenario: str) -> list[str]:
-    """A scenario's heading and a row per point; nothing when its CSV does not exist."""
+    """A scenario's heading, a row per point, what measured its energy (or why nothing did)
+    and what its "†" means; nothing when its CSV does not exist."""
     path = run / f"{scenario}.csv"
     if not path.is_file():
         return []
@@ -203,7 +309,13 @@ def scenario_lines(run: Path, scenario: str) -> list[str]:
     trials = sorted({r.get("trials") or "?" for r in rows})
     plural = "" if trials == ["1"] else "s"  # several counts: "3/5 trials"
     each = f", {'/'.join(trials)} trial{plural} a point" if rows else ", no points"
-    return [f"{SCENARIOS[scenario]}{each}:", HEADING, *(point_line(r) for r in rows)]
+    cells = shown_cells(rows)
+    return [
+        f"{SCENARIOS[scenario]}{each}:",
+        heading(cells),
+        *(point_line(r, cells) for r in rows),
+        *(line for line in (energy_line(rows), tail_footnote(rows)) if line),
+    ]
 
 
 def chart_files(plots: Path) -> list[Path]:
