@@ -192,12 +192,12 @@ def published_label_notes(config: dict[str, Any] | None, points: Any) -> list[st
 
 
 def markdown(points: Any) -> str:
-    from .compare import METRIC_HEADINGS
+    from .compare import METRIC_HEADINGS, METRIC_UNITS
     from .report import markdown_table
 
     columns = {"run": "Run", "scenario": "Scenario", "batch": "Batch"}
     columns["concurrency"] = "Concurrency"
-    units = {"throughput": "inferences/s", "p99_latency_ms": "ms"}
+    units = METRIC_UNITS
     intervals = {}
     for metric, label in METRIC_HEADINGS.items():
         for part in ("a", "b", "ratio"):

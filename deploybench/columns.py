@@ -123,28 +123,30 @@ def _pooled_latencies(trials: Sequence[Mapping[str, Any]]) -> list[float] | None
 
 
 def _p99_pooled(trials: Sequence[Mapping[str, Any]]) -> float | None:
+    latencies = _pooled_latencies(trials)
+    if not latencies:
+        return None
     from .tails import percentile  # columns stays a leaf module at import
 
-    latencies = _pooled_latencies(trials)
-    return round(percentile(latencies, TAIL_PERCENTILE), 6) if latencies else None
+    return round(percentile(latencies, TAIL_PERCENTILE), 6)
 
 
 def _p99_bound(trials: Sequence[Mapping[str, Any]]) -> float | None:
-    from .tails import early_stopping_bound
-
     latencies = _pooled_latencies(trials)
     if latencies is None:
         return None
+    from .tails import early_stopping_bound
+
     estimate = early_stopping_bound(latencies, TAIL_PERCENTILE, TAIL_CONFIDENCE).estimate_ms
     return None if estimate is None else round(estimate, 6)
 
 
 def _tail_note(trials: Sequence[Mapping[str, Any]]) -> str:
-    from .tails import early_stopping_bound, tail_note
-
     latencies = _pooled_latencies(trials)
     if latencies is None:
         return "no per-request record"
+    from .tails import early_stopping_bound, tail_note
+
     return tail_note(early_stopping_bound(latencies, TAIL_PERCENTILE, TAIL_CONFIDENCE))
 
 
@@ -250,7 +252,7 @@ DEFINED: tuple[Column, ...] = (
     # above idle: less the idle power the job measured before its first trial (the server
     # loaded, no load) over the same seconds. The GPU's state over the windows beside it.
     _energy("energy_per_inference_j", "mean", "Energy per inference (J)", interval=True,
-            summary=SummaryCell("J/infer ± 95 %", 22, interval=True)),
+            summary=SummaryCell("J/infer ± 95 %", 24, interval=True)),
     _energy("energy_above_idle_per_inference_j", "mean", "Energy above idle (J)",
             interval=True),
     _energy("power_mean_w", "mean", "Mean power (W)"),

@@ -611,13 +611,13 @@ def summarize(
             if not column.in_points or column.aggregate in (None, "key", "verdict"):
                 continue
             if column.aggregate == "mean":
-                values = [r.get(column.name) for r in rows]
-                if any(v is None for v in values):  # not measured in a trial: none for the point
+                numbers = [float(v) for r in rows if (v := r.get(column.name)) is not None]
+                if len(numbers) < len(rows):  # not measured in a trial: none for the point
                     point[column.name] = None
                     if column.name in intervals_of:
                         point[intervals_of[column.name]] = None
                     continue
-                iv = means[column.name] = stats.interval([float(v) for v in values])
+                iv = means[column.name] = stats.interval(numbers)
                 point[column.name] = round(iv.mean, 6)
                 if column.name in intervals_of:
                     half = None if math.isnan(iv.half_width) else round(iv.half_width, 6)

@@ -59,15 +59,15 @@ RESPONSE_WAIT = Column(
     table_label="Response wait (ms)",
 )
 ENERGY = Column(
-    "energy_per_inference_j",
+    "meter_joules",
     "metric",
     source=FAKE,
     key="joules",
     aggregate="mean",
     interval=True,
-    table_label="Energy per inference (J)",
+    table_label="Meter joules (J)",
     chart_label="Energy",
-    summary=SummaryCell("J/infer ± 95 %", 24, interval=True),
+    summary=SummaryCell("meter J ± 95 %", 24, interval=True),
 )
 SAMPLES = Column("meter_samples", "metric", source=FAKE, key="samples", kind="int", aggregate="sum")
 
@@ -112,7 +112,7 @@ def test_a_new_column_reaches_every_output(tmp_path, fake_meter, monkeypatch):
     ]
     # read and converted: µs → ms, the fake tool's text as numbers; derived from them
     assert trials[0]["response_wait_ms"] == pytest.approx(32.379)
-    assert trials[0]["energy_per_inference_j"] == 12.0 and trials[0]["meter_samples"] == 40
+    assert trials[0]["meter_joules"] == 12.0 and trials[0]["meter_samples"] == 40
     assert trials[0]["measured_s"] == round(600 * 2 / 200.0, 3)
 
     # the trials CSV: the new values as measured, no intervals
@@ -120,14 +120,14 @@ def test_a_new_column_reaches_every_output(tmp_path, fake_meter, monkeypatch):
     write_csv(path, trials, trial_columns(columns))
     with path.open() as f:
         written = list(csv.DictReader(f))
-    assert [r["energy_per_inference_j"] for r in written] == ["12.0", "12.5", "13.0"]
-    assert "energy_per_inference_j_ci95" not in written[0]
+    assert [r["meter_joules"] for r in written] == ["12.0", "12.5", "13.0"]
+    assert "meter_joules_ci95" not in written[0]
 
     # the point's row: the mean with its 95 % interval, the sum, in the CSV's order
     [point] = perf.summarize(trials, max_ci_pct=5, columns=columns)
-    assert point["energy_per_inference_j"] == 12.5
+    assert point["meter_joules"] == 12.5
     # 12.0, 12.5, 13.0: s = 0.5 → 4.3027 * 0.5 / sqrt(3)
-    assert point["energy_per_inference_j_ci95"] == pytest.approx(1.24207, abs=1e-5)
+    assert point["meter_joules_ci95"] == pytest.approx(1.24207, abs=1e-5)
     assert point["response_wait_ms"] == pytest.approx(33.379)
     assert point["meter_samples"] == 120 and point["measured_requests"] == 1800
     assert point["stable"] is True and point["trials"] == 3
@@ -138,7 +138,7 @@ def test_a_new_column_reaches_every_output(tmp_path, fake_meter, monkeypatch):
     block = order.index("avg_latency_ms_ci95")
     assert order[block + 1 : block + 3] == [
         "response_wait_ms_ci95",
-        "energy_per_inference_j_ci95",
+        "meter_joules_ci95",
     ]
     assert order[-1] == "unstable_reason"
 
@@ -147,7 +147,7 @@ def test_a_new_column_reaches_every_output(tmp_path, fake_meter, monkeypatch):
     frame = pd.DataFrame([row | {"scenario": "offline"}])
     table = markdown_table(frame, table_labels(columns), interval_columns(columns))
     heading, _, cells = table.splitlines()
-    assert "Energy per inference (J)" in heading and "Response wait (ms)" in heading
+    assert "Meter joules (J)" in heading and "Response wait (ms)" in heading
     assert "| 12.5 ± 1.2 |" in cells
 
     # `deploybench summary`'s point line (a row as read from the CSV: text)
@@ -180,7 +180,7 @@ def test_a_new_column_reaches_every_output(tmp_path, fake_meter, monkeypatch):
     spec = plots.RUN_CHART_DRAWERS[RunChart.OFFLINE_THROUGHPUT](inputs).to_dict()
     [data] = spec["datasets"].values()
     assert data[0][ENERGY.name] == 12.5
-    assert data[0]["energy_per_inference_j_ci95"] == pytest.approx(1.24207, abs=1e-5)
+    assert data[0]["meter_joules_ci95"] == pytest.approx(1.24207, abs=1e-5)
     assert any("yError" in layer.get("encoding", {}) for layer in spec["layer"])
 
 
@@ -245,6 +245,6 @@ def test_the_aggregations(how, kind, values, expected):
 def test_one_trial_of_a_new_mean_has_no_interval(tmp_path, fake_meter):
     columns = extended()
     [point] = perf.summarize([trial(tmp_path, columns, 1, 200.0, 9.0)], 5, columns)
-    assert point["energy_per_inference_j"] == 9.0
-    assert point["energy_per_inference_j_ci95"] is None
+    assert point["meter_joules"] == 9.0
+    assert point["meter_joules_ci95"] is None
     assert not math.isnan(point["response_wait_ms"])

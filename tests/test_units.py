@@ -14,6 +14,7 @@ from deploybench.tensors import TENSOR_TYPES, TensorSpec
 from deploybench.transport import Transport
 from deploybench.triton_config import to_pbtxt
 from tests.conftest import REPO
+from tests.perf_standin import PROFILE_EXPORT
 
 PA_CSV = (
     "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
@@ -104,7 +105,7 @@ def test_perf_command_follows_the_point_and_transport(tmp_path, monkeypatch):
 
 STAND_IN = """#!/usr/bin/env bash
 # stand-in perf_analyzer: reports 3 windows of the requested count; unstable below {ok}
-count=0; out=""; stab=""
+{export}count=0; out=""; stab=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --measurement-request-count) count=$2; shift;;
@@ -117,6 +118,7 @@ if [ "$count" -lt {ok} ] && [ -z "$stab" ]; then
   echo "Failed to obtain stable measurement within 10 measurement windows"; exit 2
 fi
 printf 'Client: \\n    Request count: %d\\n' $((count * 3))  # 3 windows of the count
+write_export $((count * 3))
 cat > "$out" <<CSV
 {csv}CSV
 """
@@ -133,7 +135,11 @@ def _fake_perf_analyzer(tmp_path, monkeypatch, body):
 def stand_in(tmp_path, monkeypatch, ok=0):
     """The stand-in perf_analyzer; returns the file its calls are recorded in."""
     calls = tmp_path / "calls"
-    _fake_perf_analyzer(tmp_path, monkeypatch, STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV))
+    _fake_perf_analyzer(
+        tmp_path,
+        monkeypatch,
+        STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV, export=PROFILE_EXPORT),
+    )
     return calls
 
 
@@ -171,10 +177,11 @@ def test_never_stable_point_is_kept_and_flagged(tmp_path, monkeypatch):
 
 TIME_WINDOWS = """#!/usr/bin/env bash
 # stand-in perf_analyzer in time windows: 40 requests a window of any length
-args="$*"; out=""
+{export}args="$*"; out=""
 while [ $# -gt 0 ]; do case "$1" in -f) out=$2; shift;; esac; shift; done
 echo "$args" >> {calls}
 printf 'Client: \\n    Request count: 120\\n'
+write_export 120
 cat > "$out" <<CSV
 {csv}CSV
 """
@@ -182,7 +189,9 @@ cat > "$out" <<CSV
 
 def test_time_windows_are_measured_as_perf_clients_p(tmp_path, monkeypatch):
     calls = tmp_path / "calls"
-    _fake_perf_analyzer(tmp_path, monkeypatch, TIME_WINDOWS.format(calls=calls, csv=PA_CSV))
+    _fake_perf_analyzer(
+        tmp_path, monkeypatch, TIME_WINDOWS.format(calls=calls, csv=PA_CSV, export=PROFILE_EXPORT)
+    )
     settings = perf.MeasureSettings(
         request_count=500,
         measurement_interval_ms=10000,

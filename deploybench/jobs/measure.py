@@ -227,6 +227,7 @@ def perf(
     from ..perf import (
         MeasureSettings,
         Point,
+        TrialEnergy,
         inputs_digest,
         measure_point,
         measure_trials,
@@ -236,7 +237,6 @@ def perf(
         summarize,
         write_input_data,
     )
-    from ..perf import TrialEnergy
     from ..server import graceful_signals
     from ..telemetry import idle_power_w
     from ..transport import of_spec

@@ -1,0 +1,49 @@
+"""What a stand-in perf_analyzer (a test's shell script, through ``DEPLOYBENCH_PERF_ANALYZER``)
+writes for ``--profile-export-file``, in the format of tritonclient 2.41's perf_analyzer
+(triton-inference-server/client r23.12, src/c++/perf_analyzer/profile_data_exporter.cc): one
+experiment, its requests' start and response timestamps (system clock, ns since the epoch) and
+its windows' boundaries (contiguous windows).
+
+A script gets it with ``PROFILE_EXPORT`` at its top (before it parses its arguments) and calls
+``write_export <requests in the measured windows>`` where it writes its CSV.
+
+    python tests/perf_standin.py <path> <requests> [latency_ms]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+WINDOWS = 3
+WINDOW_NS = 100_000_000  # 0.1 s
+
+
+def write_export(path: Path, requests: int, latency_ms: float = 5.0) -> None:
+    """``requests`` evenly spread over 3 windows that end now, each ``latency_ms`` long, and
+    one more request before the windows (a warm-up the measured windows leave out)."""
+    end = time.time_ns()
+    start = end - WINDOWS * WINDOW_NS
+    latency = int(latency_ms * 1e6)
+    ends = [start + (i + 1) * (end - start) // (requests + 1) for i in range(requests)]
+    records = [{"timestamp": start - 2 * latency, "response_timestamps": [start - latency]}]
+    records += [{"timestamp": e - latency, "response_timestamps": [e]} for e in ends]
+    boundaries = [start + w * WINDOW_NS for w in range(WINDOWS + 1)]
+    experiment = {
+        "experiment": {"mode": "concurrency", "value": 1},
+        "requests": records,
+        "window_boundaries": boundaries,
+    }
+    path.write_text(json.dumps({"experiments": [experiment], "version": "stand-in"}))
+
+
+# Bash: `export_file` from the arguments, and `write_export N` (a no-op without the flag).
+PROFILE_EXPORT = f"""export_file=""; prev=""
+for a in "$@"; do [ "$prev" = "--profile-export-file" ] && export_file=$a; prev=$a; done
+write_export() {{ [ -z "$export_file" ] || "{sys.executable}" "{Path(__file__)}" "$export_file" "$1"; }}
+"""
+
+if __name__ == "__main__":
+    write_export(Path(sys.argv[1]), int(sys.argv[2]), *(float(a) for a in sys.argv[3:4]))
