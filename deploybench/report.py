@@ -626,11 +626,14 @@ SEARCH_COLUMNS = {
     "concurrency": "Best point (concurrency)",
     "throughput": "Inferences/Second",
     "p99_latency_ms": "p99 latency (ms)",
+    "energy_per_inference_j": "Energy per inference (J)",
     "stable": "Stable",
     "verdict": "Verdict",
     "gain": "Gain over baseline (x)",
 }
-SEARCH_INTERVALS = {c: c + "_ci95" for c in ("throughput", "p99_latency_ms", "gain")}
+SEARCH_INTERVALS = {
+    c: c + "_ci95" for c in ("throughput", "p99_latency_ms", "energy_per_inference_j", "gain")
+}
 SEARCH_INTEGERS = (
     "model_instances",
     "max_batch_size",
@@ -639,7 +642,9 @@ SEARCH_INTEGERS = (
     "concurrency",
 )
 # What the section cannot do without; the rest (intervals, threads, stable) may be missing.
-SEARCH_NEEDED = [c for c in SEARCH_COLUMNS if c not in ("intra_op_threads", "stable")]
+SEARCH_NEEDED = [
+    c for c in SEARCH_COLUMNS if c not in ("intra_op_threads", "stable", "energy_per_inference_j")
+]
 SEARCH_NEEDED += ["baseline", "chosen"]
 CHOICE_NEEDED = ("variant", "baseline", "strategy", "candidates")
 
@@ -671,8 +676,9 @@ def search_section(
     if chart is not None:
         parts.append(chart_image(chart, "search pareto"))
     parts.append(
-        "Each candidate at its best point: the most throughput within the budget (empty when "
-        "none was); its gain is that throughput over the baseline's, ± its 95 % half-width."
+        "Each candidate at its best point: the most throughput within the budget (the least "
+        "energy per inference under the energy objective; empty when none was); its gain is "
+        "that over the baseline's (throughput, or inferences per joule), ± its 95 % half-width."
     )
     parts.append(markdown_table(_search_rows(candidates), SEARCH_COLUMNS, SEARCH_INTERVALS))
     return "\n\n".join(parts)
@@ -690,9 +696,14 @@ def _searched(choice: Mapping[str, Any]) -> str:
     if not _missing(floor):
         within += f" and at least {floor:g} inferences/s"
     n = choice["candidates"]
+    goal = (
+        "the least energy per inference"
+        if choice.get("objective") == "energy"
+        else "the most throughput"
+    )
     return (
         f"Searched {n} serving configuration{'s' if n != 1 else ''} ({choice['strategy']} "
-        f"strategy) for the most throughput {within}."
+        f"strategy) for {goal} {within}."
     )
 
 
@@ -708,7 +719,11 @@ def _chosen(choice: Mapping[str, Any]) -> str:
     text = f"Chosen: `{variant}`" + (f" at {at}" if at else "")
     measured_values = [
         f"{_interval(choice.get(key))}{unit}"
-        for key, unit in (("throughput", " inferences/s"), ("p99_latency_ms", " ms p99"))
+        for key, unit in (
+            ("throughput", " inferences/s"),
+            ("p99_latency_ms", " ms p99"),
+            ("energy_per_inference_j", " J/inference"),
+        )
         if _interval(choice.get(key))
     ]
     if measured_values:
@@ -769,8 +784,11 @@ def _search_rows(candidates: pd.DataFrame) -> pd.DataFrame:
     if "intra_op_threads" in rows.columns and (rows["intra_op_threads"] == "").all():
         rows = rows.drop(columns="intra_op_threads")
     for value, interval in SEARCH_INTERVALS.items():
-        rows[value] = pd.to_numeric(rows[value], errors="coerce")
+        rows[value] = pd.to_numeric(rows.get(value, float("nan")), errors="coerce")
         rows[interval] = pd.to_numeric(rows.get(interval, float("nan")), errors="coerce")
+    # Energy not measured (or a search.csv from before it): no column of empty cells.
+    if rows["energy_per_inference_j"].isna().all():
+        rows = rows.drop(columns=["energy_per_inference_j", "energy_per_inference_j_ci95"])
     return rows
 
 
