@@ -191,7 +191,7 @@ def energy_values(output: EnergyOutput) -> dict[str, Any]:
     if output.idle_power_w is not None:
         above = (window.energy_j - output.idle_power_w * window.seconds) / output.inferences
     reasons = throttle_names(window.throttle_reasons or 0)
-    return values | {
+    measured = {
         "energy_per_inference_j": window.energy_j / output.inferences,
         "energy_above_idle_per_inference_j": above,
         "power_mean_w": window.power_mean_w,
@@ -203,9 +203,20 @@ def energy_values(output: EnergyOutput) -> dict[str, Any]:
         "power_limit_w": output.power_limit_w,
         "gpu_util_pct": window.gpu_util_pct,
         "memory_used_mib": window.memory_used_mib,
-        "throttled": bool(reasons) if window.throttle_reasons is not None else None,
-        "throttle_reasons": "; ".join(reasons),
     }
+    return (
+        values
+        | {k: _rounded(v) for k, v in measured.items()}
+        | {
+            "throttled": bool(reasons) if window.throttle_reasons is not None else None,
+            "throttle_reasons": "; ".join(reasons),
+        }
+    )
+
+
+def _rounded(value: float | None) -> float | None:
+    """To 9 significant digits (a counter's resolution is far coarser), and no "-0"."""
+    return None if value is None else float(f"{value:.9g}") + 0.0
 
 
 @collector(ENERGY)

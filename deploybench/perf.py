@@ -618,7 +618,7 @@ def summarize(
                         point[intervals_of[column.name]] = None
                     continue
                 iv = means[column.name] = stats.interval(numbers)
-                point[column.name] = round(iv.mean, 6)
+                point[column.name] = round(iv.mean, 6) + 0.0  # no "-0.0"
                 if column.name in intervals_of:
                     half = None if math.isnan(iv.half_width) else round(iv.half_width, 6)
                     point[intervals_of[column.name]] = half
@@ -649,6 +649,8 @@ def aggregate(column: Column, values: list[Any]) -> Any:
     if how == "union":
         return "; ".join(dict.fromkeys(t for v in values for t in str(v or "").split("; ") if t))
     if how in ("any", "all"):
+        if all(v is None for v in values):  # not measured (a meter's flag): none, not False
+            return None
         flags = [bool(v) for v in values]
         return any(flags) if how == "any" else all(flags)
     if how in ("sum", "min", "max"):

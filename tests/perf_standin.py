@@ -18,19 +18,21 @@ import time
 from pathlib import Path
 
 WINDOWS = 3
-WINDOW_NS = 100_000_000  # 0.1 s
+WINDOW_S = 0.02
 
 
 def write_export(path: Path, requests: int, latency_ms: float = 5.0) -> None:
-    """``requests`` evenly spread over 3 windows that end now, each ``latency_ms`` long, and
-    one more request before the windows (a warm-up the measured windows leave out)."""
-    end = time.time_ns()
-    start = end - WINDOWS * WINDOW_NS
+    """``requests`` evenly spread over 3 windows of 20 ms, measured now (as the real one's
+    windows pass while it runs: a meter sampled around the process spans them), each request
+    ``latency_ms`` long, and one more request before the windows (which they leave out)."""
+    start = time.time_ns()
+    time.sleep(WINDOWS * WINDOW_S)
+    end = start + int(WINDOWS * WINDOW_S * 1e9)
     latency = int(latency_ms * 1e6)
     ends = [start + (i + 1) * (end - start) // (requests + 1) for i in range(requests)]
     records = [{"timestamp": start - 2 * latency, "response_timestamps": [start - latency]}]
     records += [{"timestamp": e - latency, "response_timestamps": [e]} for e in ends]
-    boundaries = [start + w * WINDOW_NS for w in range(WINDOWS + 1)]
+    boundaries = [start + w * (end - start) // WINDOWS for w in range(WINDOWS + 1)]
     experiment = {
         "experiment": {"mode": "concurrency", "value": 1},
         "requests": records,
