@@ -207,11 +207,11 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _, _, state = tft_reference_checkpoint("TFTpart2")
     write_tft_train_checkpoint(wd / SMOKE_TFT_CHECKPOINT, state)
     config["models"]["tft"]["checkpoint"] = SMOKE_TFT_CHECKPOINT
-    # energy from the stand-in NVML (its counter advances at SMOKE_NVML_POWER_W), 1 s of idle
+    # energy from the stand-in NVML (its counter advances at SMOKE_NVML_POWER_W), 0.3 s of idle
     from tests.nvml_standin import build_fake_nvml
 
     library = build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
-    config["energy"] = {"meter": {"cpu": "nvml"}, "idle_s": 1, "nvml_library": str(library)}
+    config["energy"] = {"meter": {"cpu": "nvml"}, "idle_s": 0.3, "nvml_library": str(library)}
     write_config(wd, config)
     result = run_snakemake(wd, "all", "cpu", "search", timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]

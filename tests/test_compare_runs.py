@@ -1,6 +1,7 @@
 """`deploybench compare` on real CPU runs: the shared smoke run's TFT online sweep against its
 search's baseline candidate (one configuration measured twice: no false alarm) and against a
-copy served slower on purpose (a significant regression, exit 1)."""
+copy served slower on purpose (a significant regression, exit 1), throughput, p99 and energy
+per inference (the smoke run's stand-in NVML) alike."""
 
 import shutil
 import subprocess
@@ -47,6 +48,8 @@ def test_one_configuration_measured_twice_raises_no_alarm(smoke_run):
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     assert "| online | 1 | 2 |" in outcome.stdout, outcome.stdout
     assert "regression" not in outcome.stdout.lower().replace("no regression", "")
+    # energy per inference (the stand-in NVML's) is compared as throughput is: no alarm either
+    assert "energy per inference: 1 no significant change" in outcome.stdout, outcome.stdout
 
 
 def test_a_run_slowed_on_purpose_is_a_significant_regression(smoke_run, tmp_path):
@@ -65,5 +68,7 @@ def test_a_run_slowed_on_purpose_is_a_significant_regression(smoke_run, tmp_path
         line for line in outcome.stdout.splitlines() if "regression" in line.lower() and "|" in line
     ]
     assert any("offline" in line and "| 1 |" in line for line in regressions), outcome.stdout
+    # a request held 100 ms costs its joules too: energy per inference is a regression as well
+    assert "energy per inference: 1 regression" in outcome.stdout, outcome.stdout
     # the same trees the other way round: a significant improvement, no regression
     assert compare(slowed / RUN, smoke_run / RUN).returncode == 0
