@@ -4,9 +4,11 @@ sourced from it (:class:`deploybench.columns.Column`'s ``source`` and ``key``).
 A trial's outputs are a mapping source → that tool's output (perf_analyzer's: its
 ``--verbose-csv`` file and its stdout, :class:`PerfAnalyzerOutput`). :func:`collect_trial` runs
 each source's collector over the columns it sources; :func:`derived_values` then computes the
-derived columns from the whole trial. A new tool (NVML's GPU telemetry, say) is a function here
-registered with ``@collector("<source>")``, its output added to the trial's outputs where the
-trial is measured (``perf.measure_point``), and a :class:`Column` entry per value.
+derived columns from the whole trial. Beside perf_analyzer: its per-request export
+(``profile_export``: :mod:`deploybench.tails`) and the energy meter (``energy``: NVML or RAPL
+read by :mod:`deploybench.telemetry`'s sampler). A new tool is a function here registered
+with ``@collector("<source>")``, its output added to the trial's outputs where the trial is
+measured (``perf.measure_point``), and a :class:`Column` entry per value.
 """
 
 from __future__ import annotations

@@ -164,7 +164,8 @@ class Nvml:
         return self._ulonglong("nvmlDeviceGetTotalEnergyConsumption", device)
 
     def power_usage_mw(self, device: Device) -> int | None:
-        """The board's power draw in mW (a 1 s average on Ampere and later: nvml.h)."""
+        """The board's power draw in mW (a 1 s average on Ampere, except GA100, and later;
+        instantaneous on GA100 and older: nvml.h)."""
         return self._uint("nvmlDeviceGetPowerUsage", device)
 
     def enforced_power_limit_mw(self, device: Device) -> int | None:
