@@ -152,10 +152,13 @@ PROFILE_EXPORT = "profile_export"
 
 
 @collector(PROFILE_EXPORT)
-def profile_export(output: MeasuredWindow, columns: Sequence[Column]) -> dict[str, Any]:
+def profile_export(output: MeasuredWindow | None, columns: Sequence[Column]) -> dict[str, Any]:
     """The trial's measured windows as perf_analyzer's ``--profile-export-file`` records them
     (:func:`deploybench.tails.read_profile_export`): a column's ``key`` names an attribute
-    (``latencies_ms``: every request's latency, sorted; ``requests``: how many)."""
+    (``latencies_ms``: every request's latency, sorted; ``requests``: how many). None: no
+    export was asked for (its tensors would cost too much): no value."""
+    if output is None:
+        return dict.fromkeys((c.name for c in columns), None)
     values = {}
     for column in columns:
         value = getattr(output, str(column.key))

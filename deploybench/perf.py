@@ -157,6 +157,24 @@ class TrialEnergy:
 NOT_MEASURED = TrialEnergy("not measured: no energy meter configured")
 
 
+@dataclass(frozen=True)
+class ExportSize:
+    """What perf_analyzer's profile export would hold of a request's tensors: whether this
+    perf_analyzer records them at all (:func:`deploybench.tails.records_tensors`), and the
+    values of one sample's inputs (it records the first sample's) and outputs (all of the
+    batch's)."""
+
+    tensors_recorded: bool = False
+    input_values: int = 0
+    output_values: int = 0
+
+    def values_per_request(self, batch: int) -> int:
+        return self.input_values + batch * self.output_values if self.tensors_recorded else 0
+
+
+TIMESTAMPS_ONLY = ExportSize()  # a perf_analyzer that records no tensors (2.41)
+
+
 # Types perf_analyzer 2.41 refuses as a JSON number list ("Can not use explicit tensor
 # description for fp16 datatype", triton-inference-server/client r23.12,
 # src/c++/perf_analyzer/perf_utils.cc SerializeExplicitTensor; bf16 the same): they go as
@@ -395,19 +413,23 @@ def measure_point(
     warm_up: bool = True,
     rate: float | None = None,
     energy: TrialEnergy = NOT_MEASURED,
+    export_size: ExportSize = TIMESTAMPS_ONLY,
 ) -> dict[str, Any]:
     """One trial of one point: warm up (``warm_up``, and a warm-up factor), then measure until
     stable (at most ``max_retries`` retries) for at least the duration floor. ``rate``: the
     point's requests per second when known (a warm-up measures it). A measuring attempt
     records every request (perf_analyzer's profile export) and, with ``energy``'s meter, the
-    meter's readings beside it; the trial's values are over its measured windows."""
-    from .tails import read_profile_export
+    meter's readings beside it; the trial's values are over its measured windows. Where that
+    export would hold too many tensors (``export_size``: tails.export_too_costly) it is not
+    asked for: the trial then has no tails and no energy, and says why."""
+    from .tails import export_too_costly, read_profile_export
     from .telemetry import Sampler, window
 
     with tempfile.TemporaryDirectory(prefix="deploybench-pa-") as tmp:
         result_csv = Path(tmp) / "point.csv"
         export = Path(tmp) / "requests.json"
         samples: list[Any] = []
+        skipped: list[str] = []  # why the last measuring attempt asked for no export
 
         def attempt(
             requests: int, stability: str | None, windows_of: int = 1, measuring: bool = True
@@ -415,6 +437,15 @@ def measure_point(
             check_server()
             result_csv.unlink(missing_ok=True)
             export.unlink(missing_ok=True)
+            too_costly = export_too_costly(
+                tensors_recorded=export_size.tensors_recorded,
+                shared_memory=transport.shared_memory != "none",
+                values_per_request=export_size.values_per_request(point.batch),
+                requests_per_window=requests,
+                max_windows=settings.max_windows,
+            )
+            skipped[:] = [too_costly] if measuring and too_costly else []
+            exporting = measuring and not too_costly
             cmd = perf_command(
                 model_name=model_name,
                 url=url,
@@ -428,11 +459,11 @@ def measure_point(
                 output_bytes_per_sample=output_bytes_per_sample,
                 max_windows=settings.max_windows,
                 mode=settings.measurement_mode,
-                profile_export=export if measuring else None,
+                profile_export=export if exporting else None,
             )
             sampling = (
                 Sampler(energy.meter, energy.interval_s)
-                if measuring and energy.meter is not None
+                if exporting and energy.meter is not None
                 else contextlib.nullcontext()
             )
             with sampling as sampler:
@@ -477,16 +508,27 @@ def measure_point(
                 continue
             # the trial's tools' outputs → its values (a tool measuring beside perf_analyzer
             # adds its output here: collectors.collect_trial)
-            measured = read_profile_export(export)
-            telemetry = window(samples, measured.start_ns, measured.end_ns) if samples else None
+            measured = None if skipped else read_profile_export(export)
+            telemetry = (
+                window(samples, measured.start_ns, measured.end_ns)
+                if samples and measured is not None
+                else None
+            )
+            if skipped:
+                log.warning("%s: %s", point, skipped[0])
+            status = (
+                f"not measured: {skipped[0]}"
+                if skipped and energy.meter is not None
+                else energy.status
+            )
             values = collect_trial(
                 {
                     PERF_ANALYZER: PerfAnalyzerOutput(result_csv, out),
                     PROFILE_EXPORT: measured,
                     ENERGY: EnergyOutput(
-                        energy.status,
+                        status,
                         telemetry,
-                        measured.requests * point.batch,
+                        measured.requests * point.batch if measured is not None else 0,
                         energy.idle_power_w,
                         energy.power_limit_w,
                     ),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,3 +236,52 @@ def tail_note(bound: TailBound) -> str:
         return ""
     name = f"p{round(bound.percentile * 100, 6):g}"
     return f"too few requests for a {name} bound: {bound.requests} of {bound.needed}"
+
+
+# --- what the export costs ---------------------------------------------------------------------
+
+# perf_analyzer from r24.08 (tritonclient 2.49; the images' r24.09 and r25.01 SDK builds) keeps
+# every request's input and output tensors for its profile export and writes them there as
+# JSON numbers (triton-inference-server/perf_analyzer r25.01: src/infer_context.cc GetInputs,
+# GetOutputs; src/profile_data_exporter.cc AddRequestInputs, SetValueToJSON), for every window
+# it measured. Tensors in shared memory are not kept (client r25.01 src/c++/library/common.cc
+# InferInput::RawData: no buffer). Earlier ones (2.41: client r23.12 request_record.h) keep
+# only timestamps.
+TENSORS_RECORDED_FROM = (2, 49)
+EXPORT_BUDGET_BYTES = 256 * 2**20  # what one measuring attempt's export may take, at most
+JSON_BYTES_PER_VALUE = 12  # a float as rapidjson writes it, with its comma
+DEFAULT_MAX_WINDOWS = 10  # perf_analyzer's --max-trials default: the windows it may keep
+
+
+def records_tensors(perf_analyzer_version: str | None) -> bool:
+    """Whether this perf_analyzer (``provenance.perf_analyzer_version()``: "tritonclient
+    2.41.0", or its path when no wheel's metadata is beside it) writes tensors into its export.
+    Not known: yes (an image's SDK build is newer)."""
+    found = re.search(r"tritonclient (\d+)\.(\d+)", perf_analyzer_version or "")
+    if found is None:
+        return True
+    return (int(found.group(1)), int(found.group(2))) >= TENSORS_RECORDED_FROM
+
+
+def export_too_costly(
+    *,
+    tensors_recorded: bool,
+    shared_memory: bool,
+    values_per_request: int,
+    requests_per_window: int,
+    max_windows: int | None,
+) -> str | None:
+    """Why a measuring attempt should not ask for the profile export (None: it may): its
+    perf_analyzer would keep and write more than EXPORT_BUDGET_BYTES of tensors (every request
+    of up to ``max_windows`` windows, ``values_per_request`` values each)."""
+    if not tensors_recorded or shared_memory or values_per_request <= 0:
+        return None
+    windows = max_windows or DEFAULT_MAX_WINDOWS
+    estimate = values_per_request * JSON_BYTES_PER_VALUE * requests_per_window * windows
+    if estimate <= EXPORT_BUDGET_BYTES:
+        return None
+    return (
+        f"perf_analyzer's profile export would hold every request's tensors ({values_per_request} "
+        f"values a request, about {estimate / 2**20:.0f} MiB for {windows} windows of "
+        f"{requests_per_window} requests; budget {EXPORT_BUDGET_BYTES / 2**20:.0f} MiB): not asked for"
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deploybench import perf
+from deploybench import perf, tails
 from deploybench.io import write_csv
 from deploybench.jobs.measure import energy_meter
 from deploybench.telemetry import open_meter
@@ -94,3 +94,32 @@ def test_the_jobs_meter_says_why_energy_is_not_measured(fake_nvml, monkeypatch):
     monkeypatch.delenv("FAKE_NVML_NO_ENERGY")
     with energy_meter({"meter": "nvml", "nvml_library": str(fake_nvml)}) as (meter, status):
         assert meter is not None and status == "nvml"
+
+
+def test_which_perf_analyzers_write_tensors_into_their_export():
+    assert not tails.records_tensors("tritonclient 2.41.0")  # the venv's and the GPU kit's
+    assert tails.records_tensors("tritonclient 2.54.0")
+    assert tails.records_tensors("/opt/deploybench/bin/perf_analyzer")  # an image's: not known
+    ask = {"tensors_recorded": True, "requests_per_window": 1000, "max_windows": None}
+    # in shared memory, or small: asked for; ResNet-50's 150,528 input values: not
+    assert tails.export_too_costly(shared_memory=True, values_per_request=10**6, **ask) is None
+    assert tails.export_too_costly(shared_memory=False, values_per_request=100, **ask) is None
+    why = tails.export_too_costly(shared_memory=False, values_per_request=151_529, **ask)
+    assert why is not None and "151529 values a request" in why and "not asked for" in why
+
+
+def test_an_export_too_costly_is_not_asked_for_and_the_trial_says_why(
+    tmp_path, monkeypatch, fake_nvml
+):
+    calls = stand_in(tmp_path, monkeypatch)
+    calls.write_text("")
+    # a perf_analyzer that records tensors, a ResNet-50-sized input, no shared memory
+    size = perf.ExportSize(tensors_recorded=True, input_values=150_528, output_values=1001)
+    settings = perf.MeasureSettings(request_count=1000, warmup_factor=0)
+    row = measure(tmp_path, settings, energy=trial_energy(fake_nvml), export_size=size)
+    assert row["energy_status"].startswith("not measured: perf_analyzer's profile export")
+    assert row["energy_per_inference_j"] is None and row["tail_requests"] is None
+    [point] = perf.summarize([row | {"trial": 1}], max_ci_pct=5)
+    assert point["tail_note"] == "no per-request record" and point["p99_pooled_ms"] is None
+    # the throughput and perf_analyzer's own latencies are measured as ever
+    assert point["throughput"] > 0 and point["p99_latency_ms"] > 0

@@ -225,6 +225,7 @@ def perf(
     from ..columns import TRIAL_COLUMNS
     from ..perf import COLUMNS as PERF_COLUMNS
     from ..perf import (
+        ExportSize,
         MeasureSettings,
         Point,
         TrialEnergy,
@@ -238,6 +239,7 @@ def perf(
         write_input_data,
     )
     from ..server import graceful_signals
+    from ..tails import records_tensors
     from ..telemetry import idle_power_w
     from ..transport import of_spec
     from ..triton_client import infer_triton, served_feeds, served_inputs
@@ -293,6 +295,12 @@ def perf(
                 server.http_url, model_name, sample, [s.name for s in family.outputs], timeout_s
             )
             output_bytes = output_bytes_per_sample(outputs.values())
+            # what perf_analyzer's per-request export would hold of the tensors (tails)
+            export_size = ExportSize(
+                records_tensors(sidecar.perf_analyzer_version()),
+                sum(int(array[0].size) for array in feeds.values()),
+                sum(int(output.size) for output in outputs.values()),
+            )
 
             # the idle baseline: the server loaded (and past its first request), no load
             energy = TrialEnergy(status)
@@ -330,6 +338,7 @@ def perf(
                     warm_up=warm_up,
                     rate=rate,
                     energy=energy,
+                    export_size=export_size,
                 )
                 # every request's latency is the trial's own: summarize pools them; the log
                 # keeps their count
