@@ -49,7 +49,12 @@ def perf_analyzer_version() -> str | None:
     except tools.ToolNotFound:
         return None
     dist = sorted(binary.parent.parent.glob("tritonclient-*.dist-info"))
-    return f"tritonclient {dist[-1].name.split('-')[1]}" if dist else str(binary)
+    # "tritonclient-2.41.0.dist-info": the version between the name and the suffix
+    return (
+        f"tritonclient {dist[-1].name.removesuffix('.dist-info').split('-')[1]}"
+        if dist
+        else str(binary)
+    )
 
 
 # The workflow's source tree's git state, as the driver read it (rules/common.smk): a job runs
