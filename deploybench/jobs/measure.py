@@ -59,20 +59,19 @@ def energy_meter(settings: dict[str, Any]) -> Iterator[tuple[Any, str]]:
     """The run's energy meter, open while its trials are measured, and its status: the
     meter's name, or "not measured: <why>" (the meter is then None: the energy columns stay
     empty, never 0)."""
-    from ..telemetry import NotMeasured, open_meter
+    from ..telemetry import NotMeasured, describe, open_meter
 
-    kind = settings.get("meter", "none")
-    if kind == "none":
-        yield None, "not measured: energy meter none (energy.meter, gpus.<gpu>.meter)"
-        return
     try:
-        meter = open_meter(kind, nvml_library=settings.get("nvml_library", "libnvidia-ml.so.1"))
+        meter = open_meter(
+            settings.get("meter", "none"),
+            nvml_library=settings.get("nvml_library", "libnvidia-ml.so.1"),
+        )
     except NotMeasured as why:
-        log.warning("energy not measured: %s", why.reason)
-        yield None, f"not measured: {why.reason}"
+        log.warning("energy %s", describe(why))
+        yield None, describe(why)
         return
     try:
-        yield meter, meter.name
+        yield meter, describe(meter)
     finally:
         meter.close()
 
