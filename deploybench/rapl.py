@@ -18,11 +18,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import DeploybenchError
+
 POWERCAP = Path("/sys/class/powercap")
 PACKAGE_ZONE = re.compile(r"intel-rapl:(\d+)")
 
 
-class RaplUnavailable(Exception):
+class RaplUnavailable(DeploybenchError, RuntimeError):
     """RAPL cannot be read here; ``str()`` is the reason (``no RAPL: ...``)."""
 
 
