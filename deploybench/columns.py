@@ -267,8 +267,8 @@ DEFINED: tuple[Column, ...] = (
     # a trial in which the GPU throttled (power or thermal; deploybench.telemetry.THROTTLING)
     _energy("throttled", "any", "Throttled", kind="bool"),
     _energy("throttle_reasons", "union", kind="str"),
-    # the meter ("nvml", "rapl") or "not measured: <why>"
-    _energy("energy_status", "first", kind="str"),
+    # the meter ("nvml", "rapl") or "not measured: <why>"; a point: its trials' distinct ones
+    _energy("energy_status", "union", kind="str"),
     # (the 95 % half-widths of throughput and each quantile stand here; empty with one trial)
     Column("trials", "measurement", kind="int", aggregate="count", in_trials=False,
            table_label="Trials"),
