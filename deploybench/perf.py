@@ -605,6 +605,12 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def joined_distinct(texts: Iterable[Any]) -> str:
+    """The distinct parts of ``texts`` (each itself "a; b" or empty), in order, joined by "; ":
+    a point's union of its trials' texts (throttle reasons, energy statuses)."""
+    return "; ".join(dict.fromkeys(t for v in texts for t in str(v or "").split("; ") if t))
+
+
 def unstable_reason(
     trials_unsettled: int,
     trials: int,
@@ -624,7 +630,7 @@ def unstable_reason(
         shown = "not known (mean 0)" if math.isnan(width) else f"±{width:.1f} %"
         reasons.append(f"interval {shown} > max_ci_pct {max_ci_pct:g} %")
     if throttled:
-        names = "; ".join(dict.fromkeys(n for r in throttled for n in r.split("; ") if n))
+        names = joined_distinct(throttled)
         reasons.append(f"GPU throttled ({names}) in {len(throttled)} of {trials} trials")
     return "; ".join(reasons)
 
@@ -689,7 +695,7 @@ def aggregate(column: Column, values: list[Any]) -> Any:
     if how == "first":
         return values[0]
     if how == "union":
-        return "; ".join(dict.fromkeys(t for v in values for t in str(v or "").split("; ") if t))
+        return joined_distinct(values)
     if how in ("any", "all"):
         if all(v is None for v in values):  # not measured (a meter's flag): none, not False
             return None
