@@ -3,7 +3,7 @@
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup driver demo test lint bench clean locks
+.PHONY: setup driver demo test test-under-load lint bench clean locks
 
 setup: $(STAMP)
 
@@ -34,6 +34,12 @@ locks: setup
 test: setup lint
 	bash envs/test-packages.sh
 	$(VENV)/bin/pytest -ra --durations=25
+
+# `make test` with LOAD (default 1) CPU-burning processes beside it, as when another job shares
+# the machine (tests/load.py; docs/tests.md#under-load). The system python3: no venv yet.
+LOAD ?= 1
+test-under-load:
+	python3 -m tests.load --burners $(LOAD) -- $(MAKE) test
 
 # Style, types and the documentation site (docs/, mkdocs.yml: a broken link, anchor or nav entry
 # is a finding); any finding fails (and so fails `make test` and CI before the tests run).

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .columns import DERIVED, PERF_COLUMNS, Column
+from .columns import DERIVED, PERF_COLUMNS, Column, as_written
 from .errors import PerfError
 
 if TYPE_CHECKING:
@@ -211,17 +211,12 @@ def energy_values(output: EnergyOutput) -> dict[str, Any]:
     }
     return (
         values
-        | {k: _rounded(v) for k, v in measured.items()}
+        | {k: None if v is None else as_written(v) for k, v in measured.items()}
         | {
             "throttled": bool(reasons) if window.throttle_reasons is not None else None,
             "throttle_reasons": "; ".join(reasons),
         }
     )
-
-
-def _rounded(value: float | None) -> float | None:
-    """To 9 significant digits (a counter's resolution is far coarser), and no "-0"."""
-    return None if value is None else float(f"{value:.9g}") + 0.0
 
 
 @collector(ENERGY)

@@ -31,7 +31,7 @@ INTERVAL_SUFFIX = "_ci95"
 Kind = Literal["float", "int", "bool", "str", "list"]  # list: a trial's own values, never in a CSV
 # How a point's trials combine into its row:
 #   key      the point's identity (its trials share it)
-#   mean     the trials' mean (to 6 decimals); with `interval`, its 95 % half-width beside it
+#   mean     the trials' mean (as_written); with `interval`, its 95 % half-width beside it
 #   sum, min, max   over the trials; None when any trial has none
 #   any, all        of the trials' flags
 #   first    the first trial's value
@@ -47,6 +47,18 @@ Aggregate = Literal[
 ]
 # A column whose value is computed from the trial's other values, not read from a tool.
 DERIVED = "derived"
+
+# The precision a measured value is written with (trials' and points' CSVs alike): significant
+# digits, not decimals, so that a small value (0.03 J per inference) keeps as many digits as a
+# large one (a throughput of 30,000/s); far finer than any measurement resolves. Read back, a
+# value lies within WRITTEN_REL (relative) of what was computed.
+WRITTEN_DIGITS = 9
+WRITTEN_REL = 0.5 * 10 ** (1 - WRITTEN_DIGITS)
+
+
+def as_written(value: float) -> float:
+    """``value`` to :data:`WRITTEN_DIGITS` significant digits, and no "-0"."""
+    return float(f"{value:.{WRITTEN_DIGITS}g}") + 0.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +140,7 @@ def _p99_pooled(trials: Sequence[Mapping[str, Any]]) -> float | None:
         return None
     from .tails import percentile  # columns stays a leaf module at import
 
-    return round(percentile(latencies, TAIL_PERCENTILE), 6)
+    return as_written(percentile(latencies, TAIL_PERCENTILE))
 
 
 def _p99_bound(trials: Sequence[Mapping[str, Any]]) -> float | None:
@@ -138,7 +150,7 @@ def _p99_bound(trials: Sequence[Mapping[str, Any]]) -> float | None:
     from .tails import early_stopping_bound
 
     estimate = early_stopping_bound(latencies, TAIL_PERCENTILE, TAIL_CONFIDENCE).estimate_ms
-    return None if estimate is None else round(estimate, 6)
+    return None if estimate is None else as_written(estimate)
 
 
 def _tail_note(trials: Sequence[Mapping[str, Any]]) -> str:

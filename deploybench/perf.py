@@ -63,6 +63,7 @@ from .columns import (  # noqa: F401 - LATENCY_COLUMNS, MEASURED: perf's names t
     MEASURED,
     PERF_COLUMNS,
     Column,
+    as_written,
     interval_columns,
     measured_seconds,
 )
@@ -666,9 +667,9 @@ def summarize(
                         point[intervals_of[column.name]] = None
                     continue
                 iv = means[column.name] = stats.interval(numbers)
-                point[column.name] = round(iv.mean, 6) + 0.0  # no "-0.0"
+                point[column.name] = as_written(iv.mean)
                 if column.name in intervals_of:
-                    half = None if math.isnan(iv.half_width) else round(iv.half_width, 6)
+                    half = None if math.isnan(iv.half_width) else as_written(iv.half_width)
                     point[intervals_of[column.name]] = half
             elif column.aggregate == "pooled":
                 assert column.pool is not None  # columns.check

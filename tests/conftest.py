@@ -41,6 +41,11 @@ SMOKE_TFT_CHECKPOINT = "checkpoints/electricity_bin"
 # The shared smoke run reads energy from the stand-in NVML (tests/fixtures/fake_libnvidia_ml.c)
 # at its default power: a GPU's chain, up to the driver, on the CPU.
 SMOKE_NVML_POWER_W = 150.0
+# How far two measurements of one configuration on this kind of shared 2-core machine may lie
+# apart (its speed moves 10-50 % between runs, more with another job beside it): the threshold
+# at which a difference between two real measurements is more than the machine. No test
+# asserts that two measurements here agree more closely (docs/tests.md).
+RUN_TO_RUN_PCT = 50.0
 
 
 def base_config() -> dict[str, Any]:
