@@ -153,10 +153,10 @@ class Browser:
             tab.on("console", lambda message: _console(page, message))
             tab.on("pageerror", lambda e: page.errors.append(f"exception: {e.name}: {e.message}"))
             tab.on("requestfailed", lambda request: _failed_load(page, request))
-            try:
-                tab.goto(url, timeout=settle_s * 1000)
+            try:  # loading may take long on a loaded machine; settling is then settle_s
+                tab.goto(url, timeout=self.timeout_s * 1000)
             except PlaywrightTimeout:
-                raise BrowserError(f"the page did not load in {settle_s:g} s") from None
+                raise BrowserError(f"the page did not load in {self.timeout_s:g} s") from None
             seen = _settle(tab, settle_s)
             page.title = seen.get("title", "")
             page.charts = [Chart(**c) for c in seen.get("charts", [])]

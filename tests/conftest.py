@@ -143,6 +143,39 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
+def shm_regions() -> set[str]:
+    """Shared-memory regions now in /dev/shm (our lock files are meant to stay)."""
+    from deploybench.server import SHM_DIR
+
+    return {p.name for p in SHM_DIR.iterdir() if not p.name.endswith(".lock")}
+
+
+def held_shm() -> set[str]:
+    """The /dev/shm regions a live process has open or mapped: in use (on a shared machine,
+    another job's)."""
+    from deploybench.server import SHM_DIR
+
+    held = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            maps = (proc / "maps").read_text()
+            links = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:  # gone, or not ours to read
+            continue
+        paths = [line.split(maxsplit=5)[-1] for line in maps.splitlines()] + links
+        held |= {Path(p).name for p in paths if p.startswith(f"{SHM_DIR}/")}
+    return held
+
+
+def leaked_shm(before: set[str]) -> set[str]:
+    """The regions made since ``before`` that no live process holds: left behind. Another job's
+    regions in use, made meanwhile on a shared machine, are not."""
+    made = shm_regions() - before
+    return made - held_shm() if made else made
+
+
 def snakemake_command(
     workdir: Path,
     *args: str,
@@ -218,7 +251,8 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     library = build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
     config["energy"] = {"meter": {"cpu": "nvml"}, "idle_s": 0.3, "nvml_library": str(library)}
     write_config(wd, config)
-    result = run_snakemake(wd, "all", "cpu", "search", timeout=1800)
+    # about 13 minutes on an idle machine; allow for a machine shared with other work
+    result = run_snakemake(wd, "all", "cpu", "search", timeout=3000)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert processes_mentioning(str(wd)) == []
     return wd

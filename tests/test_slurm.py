@@ -32,8 +32,10 @@ from tests.conftest import (
     BIN,
     REPO,
     base_config,
+    leaked_shm,
     orchestration_config,
     processes_mentioning,
+    shm_regions,
     validated,
     write_config,
 )
@@ -50,7 +52,6 @@ GPU_JOB = "results/tft/A30/trt/fp16/convert/model.plan"
 PREFLIGHTS = ["results/preflight/cpu/triton-25.01.json"]
 # profiles/slurm's group job of the CPU run (its SLURM log folder's name)
 MEASUREMENT_GROUP = "group_run_accuracy_offline_online_repository"
-SHM = Path("/dev/shm")
 # Test-cluster settings on top of the profile: a 2-CPU node, squeue for job status (no slurmdbd
 # here: with sacct the plugin would lose the jobs), quick polling, and the per-job SLURM logs kept.
 CLUSTER_ARGS = (
@@ -406,14 +407,13 @@ def _cancel_first_measurement(wd: Path, shm_before: set[str], seen: Cancelled) -
         seen.job_id = _job_of(perf)
         job = [p for p in psutil.process_iter() if _job_of(p) == seen.job_id]
         seen.pids = [p.pid for p in job]
-        seen.shm = {e.name for e in SHM.iterdir()} - shm_before
+        seen.shm = shm_regions() - shm_before
         subprocess.run(["scancel", seen.job_id], check=True, timeout=30)
         cancelled = time.monotonic()
         _, alive = psutil.wait_procs(job, timeout=90)
         if not alive:
             seen.gone_after_s = time.monotonic() - cancelled
-        now = {e.name for e in SHM.iterdir()}
-        seen.left_shm = {n for n in seen.shm & now if not n.endswith(".lock")}
+        seen.left_shm = leaked_shm(shm_before) & seen.shm
         seen.partial = [str(p) for p in (wd / "results").rglob("*.tmp")]
     except (psutil.Error, OSError, subprocess.SubprocessError) as error:
         seen.error = repr(error)
@@ -438,14 +438,14 @@ def slurm_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dic
     seen = Cancelled()
     watcher = threading.Thread(
         target=_cancel_first_measurement,
-        args=(wd, {e.name for e in SHM.iterdir()}, seen),
+        args=(wd, shm_regions(), seen),
         daemon=True,
     )
     watcher.start()
     started = time.monotonic()
     result = slurm_snakemake(
         wd, *CHAIN, GPU_JOB, *PREFLIGHTS, *CLUSTER_ARGS, "--keep-going", "--retries", "1",
-        timeout_s=600,
+        timeout_s=1200,
     )  # fmt: skip
     watcher.join(timeout=120)
     out = result.stdout + result.stderr
