@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from deploybench import perf, stats
+from deploybench import columns, perf, stats
 from tests.test_units import measure, stand_in
 
 # --------------------------------------------------------------------------- the arithmetic
@@ -178,3 +178,16 @@ def test_summary_is_the_mean_with_its_interval_and_the_stable_rule():
 def test_one_trial_has_no_interval():
     [row] = perf.summarize([trial(1, 100.0, 2.0)], max_ci_pct=5)
     assert row["throughput_ci95"] is None and row["trials"] == 1 and row["stable"] is True
+
+
+def test_a_small_mean_keeps_its_significant_digits():
+    """Means are written to WRITTEN_DIGITS significant digits, not a count of decimals: 3e-5 J
+    per inference (a fast model at batch 1) keeps nine digits, as a throughput of 30,000 does."""
+    rows = [trial(1, 30_000.123456789, 0.01) | {"measured_s": s} for s in (1.0, 2.0, 3.0)]
+    for row, value in zip(rows, (3.0114613e-5, 3.0114614e-5, 3.0114615e-5), strict=True):
+        row["p99_latency_ms"] = value
+    [point] = perf.summarize(rows, max_ci_pct=5)
+    assert point["p99_latency_ms"] == 3.0114614e-5  # 6 decimals would write 3e-05
+    assert point["p99_latency_ms_ci95"] == pytest.approx(2.4841e-12, rel=1e-4)  # not 0
+    assert point["throughput"] == 30_000.1235  # 9 significant digits
+    assert str(columns.as_written(-0.0)) == "0.0"  # no "-0.0" in a CSV
