@@ -228,6 +228,9 @@ DEFINED: tuple[Column, ...] = (
     Column("concurrency", "point", kind="int", aggregate="key", table_label="Concurrency"),
     # The trial's number (1, 2, ...), in the trials CSV only.
     Column("trial", "point", kind="int", in_points=False),
+    # The job's attempt that measured the trial: 1, or 2, 3, ... where an attempt stopped
+    # partway kept its finished trials and a later one measured the rest (deploybench.partial).
+    Column("attempt", "point", kind="int", in_points=False),
     # name, role, perf_analyzer's heading, the seed table's heading, the chart's label
     _perf("throughput", "throughput", "Inferences/Second", "Inferences/Second",
           summary=SummaryCell("throughput infer/s ± 95 %", 28, interval=True)),

@@ -567,24 +567,45 @@ def measure_trials(
     measure: Callable[[Point, bool, float | None], dict[str, Any]],
     progress: Callable[[TrialDone], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    kept: Iterable[dict[str, Any]] = (),
+    keep: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every point ``trials`` times, alternating: trial 1 of each point, then trial 2, ...
     ``measure(point, warm_up, rate)`` measures one trial; a point is warmed up on its first
     visit only, later visits start from the rate its previous trial measured. Returns the
     trials' rows (each with its ``trial`` number) in measurement order. ``progress`` hears of
     each trial once it is done (between two trials, never during one), with the time the
-    trials so far took by ``clock``."""
+    trials so far took by ``clock``.
+
+    ``kept``: trials an earlier attempt measured (deploybench.partial), taken as they are in
+    their places; a point first visited after them is warmed up then (the server is another)
+    and starts from the rate its last kept trial measured. ``keep`` hears of each trial this
+    attempt measures, once it is done."""
     points = list(points)
+    earlier = {(Point(int(r["batch"]), int(r["concurrency"])), int(r["trial"])): r for r in kept}
     rates: dict[Point, float | None] = {}
+    visited: set[Point] = set()
     rows = []
     spent = 0.0
+    measured = 0  # by this attempt, of `to_measure`
+    to_measure = sum(1 for t in range(1, trials + 1) for p in points if (p, t) not in earlier)
     for trial in range(1, trials + 1):
         for point in points:
+            if (point, trial) in earlier:
+                row = earlier[point, trial]
+                rates[point] = request_rate(row, point.batch)
+                rows.append(row)
+                continue
             started = clock()
-            row = measure(point, trial == 1, rates.get(point))
+            row = measure(point, point not in visited, rates.get(point))
+            visited.add(point)
             spent += clock() - started
+            measured += 1
             rates[point] = request_rate(row, point.batch)
-            rows.append({**row, "trial": trial})
+            row = {**row, "trial": trial}
+            rows.append(row)
+            if keep is not None:
+                keep(row)
             if progress is not None:
                 progress(
                     TrialDone(
@@ -592,8 +613,8 @@ def measure_trials(
                         concurrency=point.concurrency,
                         trial=trial,
                         trials=trials,
-                        done=len(rows),
-                        total=trials * len(points),
+                        done=measured,
+                        total=to_measure,
                         throughput=_float(row.get("throughput")),
                         p99_latency_ms=_float(row.get("p99_latency_ms")),
                         spent_s=spent,

@@ -69,7 +69,7 @@ class TrialDone:
     trial: int  # this point's trial k ...
     trials: int  # ... of n
     done: int  # trials measured so far in the job, over all points
-    total: int  # trials the job measures
+    total: int  # trials the job measures (less those an earlier attempt kept)
     throughput: float | None  # inferences a second
     p99_latency_ms: float | None
     spent_s: float  # the trials done so far took this long, together

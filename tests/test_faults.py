@@ -8,6 +8,7 @@ job to run again; the process-level ones use a tiny python-backend model (tests/
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+import pandas as pd
 import psutil
 import pytest
 import yaml
@@ -142,6 +144,59 @@ def test_sigterm_as_slurm_sends_it_stops_everything(copy_of, target):
     assert code != 0
     assert "Error in rule offline" in out
     job.assert_nothing_left()
+
+
+def test_a_job_stopped_after_its_first_point_measures_only_the_rest_when_run_again(copy_of):
+    """SLURM's time limit or preemption (SIGTERM to the job) once the first point's trials are
+    all done: the job keeps its finished trials beside its outputs (deploybench.partial), not
+    in them; run again, it measures only the trials missing, and its CSVs hold every point
+    once, the first point's trials from the first attempt, as the provenance says."""
+    from deploybench.partial import finished_points, partial_path, read
+
+    run = copy_of / RUN
+    kept = partial_path(run / "offline.csv")
+    job = ForcedOfflineJob(copy_of)
+
+    def first_point_done() -> list | None:
+        """the first point's trials all kept"""
+        return finished_points(read(kept)) or None
+
+    first = wait_for(first_point_done, timeout=600)[0]
+    wait_for(named(copy_of, ".snakemake/scripts/")).send_signal(signal.SIGTERM)
+    code, out = job.finish()
+    assert code != 0 and "Error in rule offline" in out
+    job.assert_nothing_left()  # no CSV, no process, no shared memory: only the kept trials
+    before = read(kept)
+    by_first = {(int(r["batch"]), int(r["concurrency"]), int(r["trial"])) for r in before.trials}
+    assert {(r["batch"], r["concurrency"], r["trial"]) for r in first} <= by_first
+    assert {r["attempt"] for r in before.trials} == {1}
+
+    result = run_snakemake(copy_of, f"{RUN}/offline.csv", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not kept.exists()  # the CSVs are written: nothing left to resume
+    log = (copy_of / "logs" / RUN.removeprefix("results/") / "offline.log").read_text()
+    assert f"attempt 2: {len(by_first)} trials of" in log, log[-3000:]
+    trials = pd.read_csv(run / "offline.trials.csv")
+    points = pd.read_csv(run / "offline.csv")
+    keys = ["batch", "concurrency"]
+    assert not points.duplicated(keys).any()
+    assert not trials.duplicated([*keys, "trial"]).any()
+    per_point = trials.groupby(keys).size()
+    assert len(per_point) == len(points) and (per_point == points.set_index(keys)["trials"]).all()
+    attempt = {
+        (int(r.batch), int(r.concurrency), int(r.trial)): int(r.attempt)
+        for r in trials.itertuples()
+    }
+    assert {k for k, a in attempt.items() if a == 1} == by_first
+    assert {k for k, a in attempt.items() if a == 2} == set(attempt) - by_first != set()
+    # the kept trials' requests count in the point's pooled tail
+    assert points["p99_pooled_ms"].notna().all()
+    provenance = json.loads((run / "offline.provenance.json").read_text())
+    attempts = provenance["config"]["attempts"]
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    assert {tuple(t) for t in attempts[0]["trials"]} == by_first
+    assert {tuple(t) for t in attempts[1]["trials"]} == set(attempt) - by_first
+    assert all(a["tritonserver"] and a["host"]["hostname"] for a in attempts)
 
 
 def test_ctrl_c_stops_snakemake_and_its_jobs(copy_of):

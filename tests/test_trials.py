@@ -133,6 +133,70 @@ def test_points_alternate_and_warm_up_once():
     assert [r["trial"] for r in rows] == [1, 1, 2, 2, 3, 3]
 
 
+def test_a_resumed_attempt_measures_only_the_trials_not_kept(tmp_path):
+    """A job stopped after its first point's trials: run again, it takes the kept trials in
+    their places, measures only the others (warming up a point on its first visit, from the
+    rate its last kept trial measured), and hears of those only; the partial file holds every
+    trial of both attempts, each with its attempt."""
+    from deploybench.partial import PartialMeasurement, finished_points, read
+
+    def fake(point, warm_up, rate):
+        seen.append((point.batch, warm_up, rate))
+        return {"batch": point.batch, "concurrency": 1, "throughput": 10.0 * point.batch}
+
+    points = [perf.Point(1, 1), perf.Point(4, 1)]
+    planned = [{"batch": p.batch, "concurrency": p.concurrency} for p in points]
+    path = tmp_path / "offline.partial.jsonl"
+    first = PartialMeasurement(path, "same", "offline", trials=3)
+    assert first.open(planned, {"host": "a"}) == [] and not path.exists()
+    seen: list = []
+    # attempt 1 stops (SIGTERM) in trial 3 of batch 4, once batch 1 has all three
+    stop_at = (4, 3)
+
+    def stopping(point, warm_up, rate):
+        if (point.batch, len([s for s in seen if s[0] == point.batch]) + 1) == stop_at:
+            raise KeyboardInterrupt
+        return fake(point, warm_up, rate)
+
+    with pytest.raises(KeyboardInterrupt):
+        perf.measure_trials(points, 3, stopping, keep=lambda r: first.add(r | {"attempt": 1}))
+    assert [[r["trial"] for r in p] for p in finished_points(read(path))] == [[1, 2, 3]]
+
+    second = PartialMeasurement(path, "same", "offline", trials=3)
+    kept = second.open(planned, {"host": "b"})
+    assert second.attempt == 2 and len(kept) == 5
+    seen, heard = [], []
+    # (the job's measure tags each row with its attempt)
+    rows = perf.measure_trials(
+        points, 3, lambda *a: fake(*a) | {"attempt": 2}, heard.append, kept=kept, keep=second.add
+    )
+    assert seen == [(4, True, 10.0)]  # the one trial missing, warmed up on this server
+    assert [(d.done, d.total) for d in heard] == [(1, 1)]
+    assert [(r["batch"], r["trial"], r["attempt"]) for r in rows] == [
+        (1, 1, 1), (4, 1, 1), (1, 2, 1), (4, 2, 1), (1, 3, 1), (4, 3, 2)
+    ]  # fmt: skip
+    assert [(a["attempt"], a["host"], len(a["trials"])) for a in second.attempts()] == [
+        (1, "a", 5),
+        (2, "b", 1),
+    ]
+    # another measurement (its spec or repository changed) keeps nothing of it
+    assert PartialMeasurement(path, "other", "offline", 3).open(planned, {}) == []
+
+
+def test_a_partial_file_cut_mid_line_keeps_its_whole_trials(tmp_path):
+    from deploybench.partial import PartialMeasurement, read
+
+    path = tmp_path / "online.partial.jsonl"
+    partial = PartialMeasurement(path, "f", "online", trials=1)
+    partial.open([{"batch": 1, "concurrency": 2}], {})
+    partial.add({"batch": 1, "concurrency": 2, "trial": 1, "latencies_ms": [1.5, 2.25]})
+    with path.open("a") as f:
+        f.write('{"kind": "trial", "attempt": 1, "row": {"bat')  # a kill mid-write
+    assert read(path).trials == [
+        {"batch": 1, "concurrency": 2, "trial": 1, "latencies_ms": [1.5, 2.25], "attempt": 1}
+    ]
+
+
 def trial(batch, throughput, p99, stable=True, capped=False, seconds=5.0):
     values = dict.fromkeys(perf.MEASURED, 1.0)
     return values | {

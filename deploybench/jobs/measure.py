@@ -220,8 +220,11 @@ def perf(
 ) -> None:
     """One scenario (offline | online): perf_analyzer over its points, ``measure.trials``
     times each (alternating), one server. ``csv``: a row per point (trials' mean and 95 %
-    intervals); ``trials``: a row per trial."""
+    intervals); ``trials``: a row per trial. Each finished trial is kept beside them until
+    they are written (deploybench.partial): a job stopped partway and run again measures only
+    the trials missing."""
     from ..columns import TRIAL_COLUMNS
+    from ..partial import PartialMeasurement, fingerprint, partial_path
     from ..perf import COLUMNS as PERF_COLUMNS
     from ..perf import (
         ExportSize,
@@ -237,7 +240,7 @@ def perf(
         summarize,
         write_input_data,
     )
-    from ..server import graceful_signals
+    from ..server import graceful_signals, held_signals
     from ..tails import records_tensors
     from ..telemetry import idle_power_w
     from ..transport import of_spec
@@ -263,6 +266,9 @@ def perf(
     points = [Point(int(p["batch"]), int(p["concurrency"])) for p in spec["points"]]
     label = _perf_label(scenario, run["path"], csv)
     started = time.monotonic()
+    partial = PartialMeasurement(
+        partial_path(csv), fingerprint(spec, repository), scenario, settings.trials
+    )
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
         # one example, made as the seed page's perf data was (Family.perf_inputs)
@@ -322,6 +328,22 @@ def perf(
 
             # engines: per_batch (offline): each batch on the model of its own engine
             batch_models = spec.get("batch_models") or {}
+            kept = partial.open(
+                spec["points"], {"host": sidecar.host(), "tritonserver": server_info}
+            )
+            if kept:
+                progress.say(
+                    "%s: attempt %d: %s of %s kept by an earlier attempt (%s); measuring the rest",
+                    label,
+                    partial.attempt,
+                    progress.count(len(kept), "trial"),
+                    len(points) * settings.trials,
+                    partial.path,
+                )
+
+            def keep(row: dict[str, Any]) -> None:
+                with held_signals():  # a stop waits for the line to be written whole
+                    partial.add(row)
 
             def measure(point: Point, warm_up: bool, rate: float | None) -> dict[str, Any]:
                 row = measure_point(
@@ -338,7 +360,7 @@ def perf(
                     rate=rate,
                     energy=energy,
                     export_size=export_size,
-                )
+                ) | {"attempt": partial.attempt}
                 # every request's latency is the trial's own: summarize pools them; the log
                 # keeps their count
                 log.info(
@@ -360,6 +382,8 @@ def perf(
                 settings.trials,
                 measure,
                 lambda done: progress.say("%s", progress.trial_line(label, done)),
+                kept=kept,
+                keep=keep,
             )
     # (a trial's own values, every request's latency, stay out of the CSV)
     write_csv(
@@ -402,7 +426,11 @@ def perf(
     }
     if spec.get("batch_models"):  # the model each batch was measured on
         config["batch_models"] = spec["batch_models"]
+    # the job's attempts: one, or those a stop cut short, each with the trials it measured
+    # (the trials CSV's `attempt`) and the server that answered them
+    config["attempts"] = partial.attempts()
     write_json(provenance, sidecar.collect(csv, config, tritonserver=server_info))
+    partial.remove()
 
 
 def merge_parts(
