@@ -116,17 +116,39 @@ def finished_points(kept: Kept, trials: int | None = None) -> list[list[dict[str
     ]
 
 
+def finished_rows(kept: Kept) -> list[dict[str, Any]]:
+    """The finished points' rows, as the scenario's CSV would have them (perf.summarize over
+    their kept trials, the header's ``max_ci_pct``); a point with a trial missing has none."""
+    from .perf import summarize  # NumPy: only where a partial file is read
+
+    trials = [row for point in finished_points(kept) for row in point]
+    return summarize(trials, float(kept.header.get("max_ci_pct", 10.0))) if trials else []
+
+
+def planned_points(kept: Kept) -> int:
+    """How many points the stopped measurement planned (its header's)."""
+    return len(kept.header.get("points") or [])
+
+
 class PartialMeasurement:
     """The partial file of one measurement job: the trials an earlier attempt of the same
     measurement kept, and this attempt's trials appended as they finish. Nothing is written
     before this attempt's first trial is done: a job stopped in its first trial leaves no
     file."""
 
-    def __init__(self, path: Path | str, print_: str, scenario: str, trials: int) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        print_: str,
+        scenario: str,
+        trials: int,
+        max_ci_pct: float = 10.0,
+    ) -> None:
         self.path = Path(path)
         self.fingerprint = print_
         self.scenario = scenario
         self.trials = trials
+        self.max_ci_pct = max_ci_pct
         self.attempt = 1
         self._header: dict[str, Any] | None = None  # to write first: the file is another's
         self._attempt: dict[str, Any] = {}  # this attempt's record, written with its 1st trial
@@ -161,6 +183,7 @@ class PartialMeasurement:
                 "fingerprint": self.fingerprint,
                 "scenario": self.scenario,
                 "trials": self.trials,
+                "max_ci_pct": self.max_ci_pct,
                 "points": [dict(p) for p in points],
             }
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

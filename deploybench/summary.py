@@ -9,7 +9,9 @@ scenario; a p99 backed by too few requests for a bound marked "†" and said onc
 the paths of the run's CSVs, charts (``<run>/plots/``) and report pages
 (``reports/<set>/<model>.html`` in the workdir) that exist, or how to make them.
 
-Standard library only: it reads CSVs as text, so it answers at once.
+Standard library only: it reads CSVs as text, so it answers at once. A scenario whose job was
+stopped partway (no CSV, its trials kept: deploybench.partial) shows its finished points marked
+PARTIAL; summarizing them imports NumPy.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from .chart_names import RUN_CHARTS
 from .columns import INTERVAL_COLUMNS, PERF_COLUMNS, SUMMARY_CELLS, SummaryCell
 from .errors import ResultsError
+from .partial import SUFFIX as PARTIAL_SUFFIX
 from .progress import count
 
 SCENARIOS = {
@@ -31,6 +34,8 @@ SCENARIOS = {
     "online": "online (dynamic batching over concurrency)",
 }
 RUN_FILES = ("accuracy.csv", "task.csv", *(f"{s}.csv" for s in SCENARIOS))
+# what a scenario's job stopped partway keeps (deploybench.partial.partial_path)
+PARTIAL_FILES = tuple(f"{s}{PARTIAL_SUFFIX}" for s in SCENARIOS)
 RUN_FIELDS = ("model", "gpu", "format", "precision")
 EXPECTED = (
     "a run directory, results/<model>/<gpu>/<format>/<precision> (e.g. results/tft/cpu/onnx/fp32), "
@@ -90,7 +95,7 @@ def find_run(path: Path) -> Run:
     if not path.is_dir():
         what = "does not exist" if not path.exists() else "is not a directory"
         raise ResultsError(f"{path} {what}; expected {EXPECTED}")
-    if not any((path / name).is_file() for name in RUN_FILES):
+    if not any((path / name).is_file() for name in RUN_FILES + PARTIAL_FILES):
         below = runs_below(path)
         hint = f"; runs below it: {', '.join(below)}" if below else ""
         raise ResultsError(
@@ -299,16 +304,42 @@ def tail_footnote(rows: Sequence[dict[str, str]]) -> str | None:
     return f"{TAIL_MARK} " + "; ".join(f"{w}: {n}" for n, w in zip(notes, where, strict=True))
 
 
+def partial_rows(run: Path, scenario: str) -> tuple[list[dict[str, str]], str] | None:
+    """The finished points of a scenario whose job was stopped partway (its partial file:
+    deploybench.partial), as its CSV's rows would read, and what the heading says of them;
+    None when there is no such file."""
+    from .partial import finished_rows, partial_path, planned_points, read
+
+    path = partial_path(run / f"{scenario}.csv")
+    if not path.is_file():
+        return None
+    kept = read(path)
+    rows = [{k: "" if v is None else str(v) for k, v in r.items()} for r in finished_rows(kept)]
+    note = (
+        f"PARTIAL: {len(rows)} of {planned_points(kept)} points finished "
+        f"({count(len(kept.trials), 'trial')} kept in {shown(path)}; the job was stopped: "
+        "run it again to measure the rest)"
+    )
+    return rows, note
+
+
 def scenario_lines(run: Path, scenario: str) -> list[str]:
     """A scenario's heading, a row per point, what measured its energy (or why nothing did)
-    and what its "†" means; nothing when its CSV does not exist."""
+    and what its "†" means. Without its CSV: the finished points of a job stopped partway,
+    marked PARTIAL, else nothing."""
     path = run / f"{scenario}.csv"
-    if not path.is_file():
+    partial = None
+    if path.is_file():
+        rows = read_rows(path)
+    elif (partial := partial_rows(run, scenario)) is not None:
+        rows = partial[0]
+    else:
         return []
-    rows = read_rows(path)
     trials = sorted({r.get("trials") or "?" for r in rows})
     plural = "" if trials == ["1"] else "s"  # several counts: "3/5 trials"
     each = f", {'/'.join(trials)} trial{plural} a point" if rows else ", no points"
+    if partial is not None:
+        each += f", {partial[1]}"
     cells = shown_cells(rows)
     return [
         f"{SCENARIOS[scenario]}{each}:",
@@ -344,6 +375,9 @@ def file_lines(run: Run) -> list[str]:
     """The run's CSVs, charts and report pages that exist; how to make the missing charts."""
     lines = [
         f"csv     {shown(run.path / name)}" for name in RUN_FILES if (run.path / name).is_file()
+    ]
+    lines += [
+        f"partial {shown(run.path / name)}" for name in PARTIAL_FILES if (run.path / name).is_file()
     ]
     charts = chart_files(run.path / "plots")
     lines += [f"chart   {shown(p)}" for p in charts]

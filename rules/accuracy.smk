@@ -11,6 +11,10 @@ rule accuracy:
     log:
         job=f"{LOG_DIR}/accuracy.log",
         server_log=f"{LOG_DIR}/accuracy.server.log",
+    # A run's jobs in a known order where they wait for one server slot: accuracy (minutes at
+    # most, and it says whether the served model is right), then offline, then online. A run
+    # cut short (SLURM's time limit, the GPU kit's share) has then lost the last, not any.
+    priority: RUN_PRIORITY["accuracy"]
     group:
         run_group("accuracy")
     container:

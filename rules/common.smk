@@ -70,6 +70,8 @@ wildcard_constraints:
 
 
 RUN_DIR = "results/{model}/{gpu}/{format}/{precision}"
+# The order of a run's serving jobs when they wait together (rules accuracy, offline, online)
+RUN_PRIORITY = {"accuracy": 2, "offline": 1, "online": 0}
 LOG_DIR = "logs/{model}/{gpu}/{format}/{precision}"
 CHECKPOINT = "results/{model}/checkpoint/{checkpoint_file}"
 EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"

@@ -23,6 +23,7 @@ rule offline:
         perf_log=f"{LOG_DIR}/{{scenario}}.perf_analyzer.log",
     wildcard_constraints:
         scenario="offline",
+    priority: RUN_PRIORITY["offline"]
     group:
         run_group()
     container:
@@ -42,6 +43,7 @@ rule offline:
 use rule offline as online with:
     wildcard_constraints:
         scenario="online",
+    priority: RUN_PRIORITY["online"]
 
 
 # One part of a scenario's points: the same job over fewer points.
@@ -65,6 +67,7 @@ use rule offline_part as online_part with:
     wildcard_constraints:
         scenario="online",
         gpu=one_of(PARTED_GPUS),
+    priority: RUN_PRIORITY["online"]
 
 
 # Reads and writes small CSVs: runs where Snakemake runs (in the measurements' image). On a GPU

@@ -14,9 +14,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -159,29 +162,74 @@ def run_kit(tree: Path, env: dict, *args: str) -> tuple[subprocess.CompletedProc
     return run, run.stdout + run.stderr
 
 
+def run_kit_cutting(
+    tree: Path, env: dict, cut: Path, *args: str
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``run_kit``, and once ``cut`` (a partial file) holds a finished point, SIGUSR1 to
+    run.sh: its share's timer (share.sh), fired now, so that the run is cut while that
+    scenario has points still to measure."""
+    from deploybench.partial import finished_points, read
+
+    proc = subprocess.Popen(
+        ["bash", "benchmarks/gpu/kit/run.sh", *args],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    def watch() -> None:
+        while proc.poll() is None:
+            if finished_points(read(cut)):
+                proc.send_signal(signal.SIGUSR1)
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    out, _ = proc.communicate(timeout=1200)
+    watcher.join()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, ""), out
+
+
 def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_image_python, tmp_path):
     """What a lent GPU's call does, on the CPU entry: the canary, then fp32 and fp16 each its
-    own Snakemake run, packed after each, and the in-process checks when asked."""
+    own Snakemake run, packed after each, and the in-process checks when asked. fp16's share
+    runs out in its online scenario, after its first point: the call says it cut the run
+    (exit status 4, not timeout's 124) and which points it kept, and returns them, marked
+    partial, in the summary, the table and the archive."""
     tree = working_tree_copy(tmp_path / "tree")
     out, kit_dir = tmp_path / "out", tmp_path / "unpacked"
+    # two online points, so that the cut comes with one finished and one not
+    two_points = tmp_path / "two-online-points.yaml"
+    online = {"concurrency": [1, 2], "batch": 1}
+    two_points.write_text(
+        yaml.safe_dump({"sizings": {"cpu": {"tft": {"perf": {"online": online}}}}})
+    )
     env = kit_environment(
         out,
         device_image_python,
         local_kit,
         kit_dir,
-        # a 2-core CI machine at smoke size: more than a GPU call's 450 s
+        KIT_CONFIGFILES=f"config/smoke.yaml {two_points}",
+        # a 2-core CI machine at smoke size: more than a GPU call's 540 s
         KIT_BUDGET_S="900",
         # the in-process checks as on a GPU, on the CPU at smoke size
         KIT_IN_PROCESS="1",
         # (not nnU-Net: its fp16 3-D convolutions take minutes on a CPU even at smoke size)
         KIT_IN_PROCESS_ARGS="--device cpu --configfile config/smoke.yaml --models fastpitch bert",
     )
-    run, log = run_kit(tree, env, "cpu", "fp32", "fp16")
-    assert run.returncode == 0, log[-5000:]
+    runs = [f"results/tft/cpu/ts-trace/{p}" for p in ("fp32", "fp16")]
+    cut = tree / runs[1] / "online.partial.jsonl"
+    run, log = run_kit_cutting(tree, env, cut, "cpu", "fp32", "fp16")
+    assert run.returncode == 4, log[-5000:]  # cut, and nothing failed
     assert {p.name for p in out.iterdir()} == {
-        "run.log", "environment.json", "nvidia-smi.txt", "canary.json", "summary.txt",
-        "beside_published.md", "results.tar.gz",
+        "run.log", "environment.json", "nvidia-smi.txt", "gpu-apps.csv", "canary.json",
+        "summary.txt", "beside_published.md", "results.tar.gz",
     }  # fmt: skip
+    assert "fp16: CUT at its share" in log, log[-5000:]
+    assert "  offline: complete\n  online: 1 of 2 points kept (batch 1 conc. 1)" in log
     environment = json.loads((out / "environment.json").read_text())
     # the kit's server and perf_analyzer, under NumPy 2 as on the GPU image
     assert environment["numpy"].startswith("2.")
@@ -195,11 +243,14 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     assert log.index("canary: passed") < log.index("snakemake results/tft/cpu/ts-trace/fp32")
     # fp32 before fp16, each its own run
     assert log.index("fp32: snakemake exit status 0") < log.index("ts-trace/fp16 (")
-    runs = [f"results/tft/cpu/ts-trace/{p}" for p in ("fp32", "fp16")]
     with tarfile.open(out / "results.tar.gz") as archive:
         names = set(archive.getnames())
         for run_dir in runs:
             for csv in ("accuracy", "offline", "online"):
+                if run_dir == runs[1] and csv == "online":  # cut: its kept trials only
+                    assert f"{run_dir}/online.partial.jsonl" in names
+                    assert f"{run_dir}/online.csv" not in names
+                    continue
                 assert f"{run_dir}/{csv}.csv" in names
                 assert f"{run_dir}/{csv}.provenance.json" in names
         assert not any(n.endswith(".pt") for n in names)  # artifacts stay behind
@@ -217,9 +268,10 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     for run_dir in runs:
         back = tmp_path / "back" / run_dir
         assert pd.read_csv(back / "accuracy.csv")["passed"].all()
-        offline, online = pd.read_csv(back / "offline.csv"), pd.read_csv(back / "online.csv")
-        assert len(offline) == 2 and len(online) == 1  # the smoke sizing's points
+        offline = pd.read_csv(back / "offline.csv")
+        assert len(offline) == 2  # the smoke sizing's points
         assert (offline["throughput"] > 0).all()
+    assert len(pd.read_csv(tmp_path / "back" / runs[0] / "online.csv")) == 2
     # the smoke run's offline batch 1 beside the published A100 ts-trace row of electricity
     # (205 infer/s; traffic's is 200.3), each column named by what measured it
     beside = (out / "beside_published.md").read_text()
@@ -231,14 +283,59 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     summary = (out / "summary.txt").read_text()
     assert "accuracy: passed" in summary and "offline" in summary and "online" in summary
     assert "ts-trace/fp16" in summary
+    # fp16's online point that finished, marked partial; the other not shown
+    assert "PARTIAL: 1 of 2 points finished" in summary, summary
+    partial_row = r"^\| online \| 1 \| 1 \| .+ \| .+ \(partial\); [^|]+ \|$"
+    assert re.search(partial_row, beside, re.MULTILINE), beside
+    assert "no GPU" in (out / "gpu-apps.csv").read_text()
     # kept for a commit as it came back: benchmarks/gpu/results/<date>-<gpu>/
     kept = kit_script("keep").keep(out, tmp_path / "kept")
     assert kept.name == f"{environment['date'][:10]}-cpu"
     assert (kept / "run.log").is_file() and (kept / "canary.json").is_file()
-    assert (kept / runs[1] / "online.csv").read_bytes() == (
-        tmp_path / "back" / runs[1] / "online.csv"
+    assert (kept / runs[0] / "online.csv").read_bytes() == (
+        tmp_path / "back" / runs[0] / "online.csv"
     ).read_bytes()
+    assert (kept / runs[1] / "online.partial.jsonl").is_file()
     assert json.loads((kept / "kept.json").read_text())["tree"]["commit"]
+
+
+def test_a_run_past_its_share_is_cut_as_slurm_cuts_a_job_and_leaves_no_timer():
+    """share.sh: at its share the command's whole process group gets SIGTERM (its jobs keep
+    their trials, deploybench.partial) and CUT says so, with the command's own status; a
+    command that ends within its share is not cut; no timer outlives either."""
+    share = REPO / "benchmarks" / "gpu" / "kit" / "share.sh"
+    # (durations no other process sleeps: what is left is found by its command line)
+    script = f"""
+        source {share}
+        run_with_share 1 bash -c 'trap "echo stopped by TERM; exit 7" TERM; sleep 31.7 & wait'
+        echo "cut: status $? CUT=$CUT"
+        run_with_share 29.3 bash -c 'exit 3'
+        echo "in time: status $? CUT=$CUT"
+    """
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert "stopped by TERM\ncut: status 7 CUT=1\n" in done.stdout, done.stdout + done.stderr
+    assert "in time: status 3 CUT=0" in done.stdout
+    assert time.monotonic() - started < 15  # neither the 29.3-s share nor the 31.7-s sleep
+    assert processes_running(["sleep", "31.7"], ["sleep", "29.3"]) == []
+
+
+def processes_running(*cmdlines: list[str], within_s: float = 5.0) -> list[list[str]]:
+    """Those of ``cmdlines`` some process still runs after ``within_s`` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [
+            proc.info["cmdline"]
+            for proc in psutil.process_iter(["cmdline"])
+            if proc.info["cmdline"] in cmdlines
+        ]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def test_a_broken_kit_stops_at_the_canary_naming_the_step(local_kit, device_image_python, tmp_path):
@@ -287,6 +384,9 @@ def test_gpu_results_are_committed_and_run_outputs_are_not():
     assert not ignored(f"{kept}/results/tft/H200-pip/ts-trace/fp32/offline.csv")
     assert not ignored(f"{kept}/logs/tft/H200-pip/ts-trace/fp32/offline.log")
     assert not ignored("benchmarks/gpu/results/x")
+    # Snakemake's log of the kit's runs, kept beside them (keep.py); the workflow's own stays out
+    assert not ignored(f"{kept}/.snakemake/log/2026-11-27T120000.000000.snakemake.log")
+    assert ignored(".snakemake/log/x.snakemake.log")
     assert ignored("results/tft/cpu/onnx/fp32/offline.csv") and ignored("logs/x.log")
 
 

@@ -379,3 +379,31 @@ def test_summary_without_a_run_summarises_the_targets(run_dir, tmp_path, capsys)
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     assert cli.main(["summary"]) == 0
     assert capsys.readouterr().out == summary(Path("results", RUN)) + "\n"
+
+
+def test_a_scenario_stopped_partway_shows_its_finished_points_marked_partial(run_dir):
+    """online's job stopped (no online.csv) after point (1, 1)'s trials and one of (1, 2)'s:
+    the summary shows the finished point as its CSV row would be, marked PARTIAL, and names the
+    file; the unfinished point is not shown."""
+    from deploybench.partial import PartialMeasurement, partial_path
+
+    (run_dir / "online.csv").unlink()
+    planned = [{"batch": 1, "concurrency": c} for c in (1, 2)]
+    kept = PartialMeasurement(partial_path(run_dir / "online.csv"), "f", "online", 2, 5.0)
+    kept.open(planned, {"host": "node1"})
+    for row, number in ((trial(1, 100.0), 1), (trial(1, 200.0), 1), (trial(1, 104.0), 2)):
+        concurrency = 2 if row["throughput"] == 200.0 else 1
+        kept.add(row | {"concurrency": concurrency, "trial": number, "attempt": 1})
+    lines = summary(Path("results", RUN)).splitlines()
+    heading = next(line for line in lines if line.startswith("online"))
+    assert heading == (
+        "online (dynamic batching over concurrency), 2 trials a point, PARTIAL: 1 of 2 points "
+        f"finished (3 trials kept in results/{RUN}/online.partial.jsonl; the job was stopped: "
+        "run it again to measure the rest):"
+    )
+    shown = lines[lines.index(heading) + 2].split()
+    # 100 and 104: mean 102, ± 25.4 (t, 1 degree of freedom), beyond max_ci_pct 5 %
+    assert shown[:6] == ["1", "1", "102.0", "±", "25.4", "(24.9"], shown
+    assert "no: interval ±24.9 % > max_ci_pct 5 %" in lines[lines.index(heading) + 2]
+    assert not lines[lines.index(heading) + 3].startswith("      1      2")
+    assert f"partial results/{RUN}/online.partial.jsonl" in lines

@@ -267,7 +267,11 @@ def perf(
     label = _perf_label(scenario, run["path"], csv)
     started = time.monotonic()
     partial = PartialMeasurement(
-        partial_path(csv), fingerprint(spec, repository), scenario, settings.trials
+        partial_path(csv),
+        fingerprint(spec, repository),
+        scenario,
+        settings.trials,
+        settings.max_ci_pct,
     )
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"

@@ -10,11 +10,12 @@ weights: ``models.tft.published_ran``), then
 each precision the kit ran: throughput ± its 95 % interval and p99, then the energy per
 inference ± its 95 % interval over the trials (``energy_per_inference_j``, in mJ: NVML's energy
 counter over perf_analyzer's measured windows, the GPU board only; docs/energy.md), marked when
-the GPU throttled. Points the kit measured that the page did not publish show "—"; energy not
-measured shows "—" and the line under the table says why (``energy_status``); a CSV written
-before energy was measured has no such columns and shows the same. The columns name the GPU and
-driver nvidia-smi gave the run's jobs (its provenance), not only the entry. What differs (GPU,
-the python backend, no NGC image, the kit's sizing) is said under the table.
+the GPU throttled; a point of a scenario whose job was stopped partway (its share of the
+call ran out) is marked "(partial)". Points the kit measured that the page did not publish show
+"—"; energy not measured shows "—" and the line under the table says why (``energy_status``);
+a CSV written before energy was measured has no such columns and shows the same. The columns
+name the GPU and driver nvidia-smi gave the run's jobs (its provenance), not only the entry.
+What differs (GPU, the python backend, no NGC image, the kit's sizing) is said under the table.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from deploybench.cli import load_config
+from deploybench.partial import finished_rows, partial_path, read
 from deploybench.report import published_rows
 from deploybench.summary import measured_on
 
@@ -44,8 +46,16 @@ def run_dir(results: Path, gpu: str, precision: str) -> Path:
 
 
 def measured(results: Path, gpu: str, precision: str, scenario: str) -> pd.DataFrame | None:
+    """The scenario's points: its CSV, else the finished points its job kept when it was
+    stopped partway (deploybench.partial), marked ``partial``; None when neither exists."""
     path = run_dir(results, gpu, precision) / f"{scenario}.csv"
-    return pd.read_csv(path) if path.exists() else None
+    if path.exists():
+        return pd.read_csv(path)
+    kept = partial_path(path)
+    if not kept.exists():
+        return None
+    rows = finished_rows(read(kept))
+    return pd.DataFrame(rows).assign(partial=True) if rows else None
 
 
 def machine(results: Path, gpu: str, precision: str) -> str:
@@ -151,6 +161,7 @@ def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) ->
                 cells.append(
                     f"{point.throughput:.1f} ± {point.throughput_ci95:.1f}, {point.p99_latency_ms:.2f}"
                     + ("" if point.stable else " (unstable)")
+                    + (" (partial)" if _flag(point.get("partial")) else "")
                     + f"; {energy_cell(point)}"
                 )
             lines.append("| " + " | ".join(cells) + " |")
