@@ -23,6 +23,7 @@ back, so batching works as it does with a native backend.
 import importlib.util
 import itertools
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,29 @@ class TritonPythonModel:
 
 
 _NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
+# What NumPy 2's capsule destructor reports of a capsule the stub has consumed (below).
+USED_CAPSULE_REPORT = "PyCapsule_GetPointer called with incorrect name"
+
+
+def _without_used_capsule_reports(previous):
+    """``sys.unraisablehook`` less one report. The stub renames a capsule it consumed
+    "used_dlpack" (python_backend r24.10 ``pb_tensor.cc``, ``FromDLPack``), not DLPack's
+    "used_dltensor", and frees the tensor itself (``~PbTensor``: ``DeleteDLPack``). NumPy 2's
+    capsule destructor does not know the name, fails to read the capsule as "dltensor",
+    reports that as unraisable and frees nothing. The report is a traceback per output per
+    request in the server log, written while the request is served: it would slow every
+    request and fill the log. Every other unraisable error still reaches ``previous``."""
+
+    def hook(unraisable):
+        if unraisable.exc_type is ValueError and str(unraisable.exc_value) == USED_CAPSULE_REPORT:
+            return
+        previous(unraisable)
+
+    return hook
+
+
+if _NUMPY_2:
+    sys.unraisablehook = _without_used_capsule_reports(sys.unraisablehook)
 
 
 def _host_array(tensor):
