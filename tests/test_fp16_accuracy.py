@@ -9,12 +9,16 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from deploybench import accuracy
+from deploybench import plan as dbplan
+from deploybench.convert import SERVED_TYPES, torchscript_fp16
 from deploybench.errors import AccuracyError
+from deploybench.export import prepare_model
 from deploybench.models import load_family
 from deploybench.models.fastpitch import duration_quantities
-from tests.conftest import REPO, SMOKE, smoke_config
+from tests.conftest import REPO, SMOKE, smoke_config, validated
 
 
 def family(model, **hparams):
@@ -153,3 +157,101 @@ def test_benchmark_writes_its_table_at_smoke_size(tmp_path):
     table = (tmp_path / "fp16_accuracy.md").read_text()
     assert "| tft | onnx fp16 (onnx) | target__0 |" in table
     assert "tft trt fp16 (tensorrt): needs a GPU" in table
+
+
+# ---------------------------------------------------------------- a gate that can fail (issue 47)
+
+MEASURED = REPO / "benchmarks" / "results" / "fp16" / "fp16_accuracy.csv"
+SMOKE_CONFIG = validated(smoke_config())
+# the models whose fp16 gate is set from measured errors, DLE's own check kept beside it
+GATED = sorted(
+    name
+    for name, model in SMOKE_CONFIG["models"].items()
+    if "fp16" in model["accuracy"].get("dle_tolerance", {})
+)
+
+
+def measured_max_abs_err(model):
+    """Per output: the largest max abs error ``benchmarks/fp16_accuracy.py`` measured for the
+    model's fp16 artifacts and its framework-fp16 estimate (the committed table)."""
+    with MEASURED.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["model"] == model and r["max_abs_err"]]
+    assert rows, f"{model}: nothing measured in {MEASURED}"
+    largest = {}
+    for row in rows:
+        largest[row["output"]] = max(largest.get(row["output"], 0.0), float(row["max_abs_err"]))
+    return largest
+
+
+def shifted(outputs, by):
+    """Every element of every output moved by ``by`` (as float16 holds it, for a float16 one)."""
+    return {name: (value + np.asarray(by, dtype=value.dtype)) for name, value in outputs.items()}
+
+
+def test_tfts_fp16_gate_is_set_from_measurements_not_dles():
+    # TFT is the default run and the kit's; a gate that cannot fail would leave it unchecked
+    assert {"tft", "tft_traffic"} <= set(GATED), GATED
+
+
+@pytest.mark.parametrize("model", GATED)
+def test_fp16_accuracy_fails_beyond_the_measured_tolerance_where_dles_would_pass(model, tmp_path):
+    """The fp16 gate holds the measured errors with margin and fails a real fp16 artifact
+    perturbed beyond it; DLE's own tolerance, kept beside it in the job's provenance, would
+    have passed the same artifact (it could not fail)."""
+    settings = SMOKE_CONFIG["models"][model]
+    fmt = next(f for f, p in settings["formats"].items() if f.startswith("ts-") and "fp16" in p)
+    plan = dbplan.plan_run(SMOKE_CONFIG, model, "cpu", fmt, "fp16")
+    spec = plan.accuracy  # what the accuracy job is given and writes into its provenance
+    gate, dle = spec["tolerance"], spec["dle_tolerance"]["fp16"]
+    assert gate == spec["precision_tolerance"]["fp16"] != dle
+    measured = measured_max_abs_err(model)
+    assert set(measured) == set(gate)
+    for name, err in measured.items():
+        # the documented rule (docs/gpu-engines.md): about 10x the largest measured error
+        assert 5 * err <= gate[name]["atol"] <= 20 * err, (name, err, gate[name])
+
+    # the fp32 framework and the fp16 TorchScript as the convert job makes it (here on CPU)
+    prepared = prepare_model(plan.export.model.identity, tmp_path / "checkpoint.pt")
+    family = prepared.family
+    feeds = family.example_inputs(int(spec["batch_size"]), int(spec["seed"]))
+    reference = family.framework_outputs(family.serving_module(prepared.checkpoint), feeds)
+    out = tmp_path / "model.fp16.pt"
+    module = family.serving_module(prepared.checkpoint)  # halved in place by the conversion
+    torchscript_fp16(
+        module, out, family.example_inputs(1, 0), script=fmt == "ts-script", device="cpu"
+    )
+    served = torch.jit.load(str(out))
+    io = SERVED_TYPES["torchscript-fp16"]
+    sent = [torch.from_numpy(a.astype(io.get(str(a.dtype), a.dtype))) for a in feeds.values()]
+
+    def run_artifact():
+        with torch.no_grad():
+            result = served(*sent)
+        results = result if isinstance(result, tuple) else (result,)
+        return {s.name: r.numpy() for s, r in zip(family.outputs, results, strict=False)}
+
+    def verdicts(actual, tolerance):
+        rows = accuracy.compare_outputs(reference, actual, tolerance, len(sent[0]), family)
+        return {r["output"]: r["passed"] for r in rows}
+
+    everywhere = {name: True for name in gate}
+    nowhere = {name: False for name in gate}
+    fp16 = run_artifact()
+    assert verdicts(fp16, gate) == everywhere  # the artifact as made
+    # the framework moved by the largest measured error passes; by 1.5x the gate, fails
+    largest = max(measured.values())
+    beyond = 1.5 * max(float(t["atol"]) for t in gate.values())
+    assert verdicts(shifted(reference, largest), gate) == everywhere
+    assert verdicts(shifted(reference, beyond), gate) == nowhere
+    assert verdicts(shifted(reference, beyond), dle) == everywhere
+    # the artifact perturbed: its output layer's bias (TFT's quantile projection) moved by 1.5x
+    # the gate moves every output by as much; the gate fails it, DLE's tolerance passes it
+    [bias] = [p for n, p in served.named_parameters() if n.endswith("quantile_proj.bias")]
+    with torch.no_grad():
+        bias += beyond
+    perturbed = run_artifact()
+    assert verdicts(perturbed, gate) == nowhere
+    assert verdicts(perturbed, dle) == everywhere
+    rows = accuracy.compare_outputs(reference, perturbed, gate, len(sent[0]), family)
+    assert all(r["mismatched"] == r["elements"] for r in rows)
+    assert f"atol={gate[rows[0]['output']]['atol']:g}" in accuracy.format_failure(rows)
