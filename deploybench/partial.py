@@ -33,8 +33,6 @@ log = logging.getLogger("deploybench")
 
 SUFFIX = ".partial.jsonl"
 FORMAT = "deploybench partial measurement 1"
-# Snakemake drops this into a directory output after its job ended (deploybench.io.SKIPPED)
-_NOT_THE_REPOSITORY = {".snakemake_timestamp"}
 
 
 def partial_path(csv: Path | str) -> Path:
@@ -47,13 +45,14 @@ def fingerprint(spec: Mapping[str, Any], repository: Path | str) -> str:
     """What a kept trial must have been measured with: the job's spec less its points, and
     the model repository's files (name, size, modification time) less the engine caches a
     server writes into it while it loads."""
+    from .io import SKIPPED  # Snakemake's timestamp in a directory output, not the model's
     from .repository import engine_caches
 
     repository = Path(repository)
     caches = [c.resolve() for c in engine_caches(repository)]
     files = []
     for path in sorted(repository.rglob("*")):
-        if not path.is_file() or path.name in _NOT_THE_REPOSITORY:
+        if not path.is_file() or path.name in SKIPPED:
             continue
         if any(path.resolve().is_relative_to(cache) for cache in caches):
             continue
@@ -102,10 +101,10 @@ def read(path: Path | str) -> Kept:
     return kept
 
 
-def finished_points(kept: Kept, trials: int | None = None) -> list[list[dict[str, Any]]]:
-    """Each point whose trials are all kept (``trials``: the header's), its trials in order;
-    points in the order they were first measured."""
-    wanted = int(trials if trials is not None else kept.header.get("trials", 1))
+def finished_points(kept: Kept) -> list[list[dict[str, Any]]]:
+    """Each point whose trials (the header's count) are all kept, its trials in order; points
+    in the order they were first measured."""
+    wanted = int(kept.header.get("trials", 1))
     by_point: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
     for row in kept.trials:
         by_point.setdefault(point_key(row), {})[int(row["trial"])] = row

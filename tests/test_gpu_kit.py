@@ -41,6 +41,7 @@ from tests.conftest import (
     validated,
     write_config,
 )
+from tests.test_server import wait_no_processes
 
 BUNDLE = REPO / "benchmarks" / "gpu" / "kit" / "bundle.py"
 KIT_CONFIG = REPO / "benchmarks" / "gpu" / "kit" / "kit.yaml"
@@ -319,23 +320,7 @@ def test_a_run_past_its_share_is_cut_as_slurm_cuts_a_job_and_leaves_no_timer():
     assert "stopped by TERM\ncut: status 7 CUT=1\n" in done.stdout, done.stdout + done.stderr
     assert "in time: status 3 CUT=0" in done.stdout
     assert time.monotonic() - started < 15  # neither the 29.3-s share nor the 31.7-s sleep
-    assert processes_running(["sleep", "31.7"], ["sleep", "29.3"]) == []
-
-
-def processes_running(*cmdlines: list[str], within_s: float = 5.0) -> list[list[str]]:
-    """Those of ``cmdlines`` some process still runs after ``within_s`` seconds."""
-    import psutil
-
-    deadline = time.monotonic() + within_s
-    while True:
-        left = [
-            proc.info["cmdline"]
-            for proc in psutil.process_iter(["cmdline"])
-            if proc.info["cmdline"] in cmdlines
-        ]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
+    assert wait_no_processes("31.7", timeout=5) == wait_no_processes("29.3", timeout=5) == []
 
 
 def test_a_broken_kit_stops_at_the_canary_naming_the_step(local_kit, device_image_python, tmp_path):
