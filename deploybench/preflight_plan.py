@@ -72,6 +72,14 @@ def plan_preflight(
             and r.containers.get(role) == image
         }
     )
+    # the networks built in this image: by the framework jobs, or by the accuracy job's
+    # framework reference (the Triton image)
+    models = {
+        r.model: {"module": config["models"][r.model]["module"],
+                  "hparams": plain(config["models"][r.model].get("hparams") or {})}
+        for r in runs
+        if r.containers.get(role) == image
+    }  # fmt: skip
     settings = gpus[gpu]
     image_settings = config["images"][image]
     return {
@@ -86,6 +94,7 @@ def plan_preflight(
         "backends": backends,
         "trtexec_flags": tensorrt_flags() if converts_with_tensorrt else [],
         "tensorrt_engines": engines,
+        "models": dict(sorted(models.items())),
         "slurm": plain(settings.get("slurm") or {}),
         "server": plain(config["server"]),
     }

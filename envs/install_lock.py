@@ -39,6 +39,26 @@ PIP = [
     sys.executable, "-m", "pip", "install", "--no-cache-dir", "--break-system-packages",
     "--no-deps", "--require-hashes", "--only-binary", ":all:",
 ]  # fmt: skip
+# pip's override of PEP 668 (an EXTERNALLY-MANAGED Python: Ubuntu 24.04's) exists from 23.0.1 on
+# (pip NEWS.rst, 23.0.1: "Implement --break-system-packages", #11780); an older pip rejects the
+# option ("no such option"), and none before 23.0 enforces PEP 668 (nor has Ubuntu 22.04's Python
+# the marker), so there the install goes without it. Ubuntu 22.04 (NGC 24.09) ships pip 22.0.2.
+BREAK_SYSTEM_PACKAGES_FROM = (23, 0, 1)
+
+
+def pip_release(version: str) -> tuple[int, ...]:
+    """``23.0.1`` → (23, 0, 1); what follows the release numbers (``rc1``, ``.dev0``) is left."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(n) for n in found.group(0).split(".")) if found else ()
+
+
+def pip_command(pip_version: str | None = None) -> list[str]:
+    """The install command, with ``--break-system-packages`` only for a pip that has it (this
+    Python's pip unless ``pip_version`` is given)."""
+    version = pip_version or metadata.version("pip")
+    if pip_release(version) >= BREAK_SYSTEM_PACKAGES_FROM:
+        return list(PIP)
+    return [arg for arg in PIP if arg != "--break-system-packages"]
 
 
 class LockFormatError(ValueError):
@@ -131,7 +151,7 @@ def pip_commands(lock: Path, source: list[str], workdir: Path) -> list[tuple[lis
             continue
         requirements = workdir / f"lock-{len(commands)}.txt"
         requirements.write_text("".join(lock_entries[n] for n in part))
-        commands.append((part, [*PIP, *extra, *no_binary, "-r", str(requirements)]))
+        commands.append((part, [*pip_command(), *extra, *no_binary, "-r", str(requirements)]))
     return commands
 
 

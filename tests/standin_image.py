@@ -12,7 +12,12 @@ hold, and nothing of the environment that runs Snakemake:
   them: tests/image_rehearsal.py ``lock_subset``), and in place of what is too big for a test or
   needs a GPU, a CPU stand-in of the same package: torch (the lock's or the base's, ``SHIPS``)
   → the CPU wheel ``torch==2.13.0``; ``onnxruntime-gpu`` → ``onnxruntime``; ``numpy`` of the
-  base → the dev venv's version. Everything else the base ships is absent;
+  base → the dev venv's version. Everything else the base ships is absent. A stand-in of a
+  package the base ships with a version (``ships: {torch: 2.6.0a0+ecf3bae40a}``) reports that
+  version, in its metadata and its ``__version__``, whatever wheel stands in for its code (the
+  CPU torch standing in for the lock's CUDA torch reports the lock's version): the
+  version gates of other libraries (transformers' ``is_torch_available``) see what they see in
+  the image;
 - for the Triton image (a definition with an ``SDK`` stage): ``/opt/tritonserver`` laid out as
   in NGC's image (``bin/tritonserver``, ``lib/``, ``backends/python`` with the stub for this
   Python) from the nvidia-pytriton wheel's server, and ``perf_analyzer`` on ``PATH`` with the
@@ -29,6 +34,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -99,6 +105,47 @@ def _stand_ins(skipped: list[str], ships: dict[str, str], python: str) -> list[s
     return wanted
 
 
+def _site_packages(env: Path) -> Path:
+    return next((env / "lib").glob("python3.*/site-packages"))
+
+
+def reported_versions(lock_text: str, ships: dict[str, str]) -> dict[str, str]:
+    """What the stand-ins of the image's torch report: the base's build where it ships one
+    (``ships``), else the lock's (a CUDA wheel, which the CPU wheel stands in for)."""
+    from deploybench.locks import parse_lock
+
+    locked = {n: v for n, (v, _) in parse_lock(lock_text).items() if n == "torch"}
+    return {**locked, **{n: v for n, v in ships.items() if v}}
+
+
+def report_shipped_versions(env: Path, ships: dict[str, str]) -> dict[str, str]:
+    """Make each stand-in of a package the base ships with a version report that version: its
+    distribution's ``Version:`` (what ``importlib.metadata`` reads) and its ``__version__``
+    (``<package>/version.py`` or ``__init__.py``). Returns name → the version it replaced."""
+    site = _site_packages(env)
+    replaced = {}
+    for name, shipped in ships.items():
+        if not shipped:
+            continue
+        for metadata in site.glob("*.dist-info/METADATA"):
+            text = metadata.read_text()
+            found = re.search(r"^Name: (.+)$", text, re.MULTILINE)
+            if found is None or canonical(found.group(1).strip()) != name:
+                continue
+            old = re.search(r"^Version: (.+)$", text, re.MULTILINE)
+            assert old is not None, metadata
+            replaced[name] = old.group(1).strip()
+            metadata.write_text(text.replace(old.group(0), f"Version: {shipped}", 1))
+            for source in (site / name / "version.py", site / name / "__init__.py"):
+                if source.is_file():
+                    code = source.read_text()
+                    assignment = re.compile(r"^__version__(: str)? = .+$", re.MULTILINE)
+                    if assignment.search(code):
+                        source.write_text(assignment.sub(f"__version__ = {shipped!r}", code, 1))
+                        break
+    return replaced
+
+
 def _triton_layout(env: Path) -> None:
     """/opt/tritonserver as NGC's image has it, from the nvidia-pytriton wheel's server."""
     spec = importlib.util.find_spec("pytriton")
@@ -139,12 +186,17 @@ def _make(
     stand_ins = _stand_ins([s.entry for s in skipped], ships, version)
     if stand_ins:
         subprocess.run([*pip, "--no-deps", *stand_ins], check=True, stdout=sys.stderr)
+    replaced = report_shipped_versions(env, reported_versions(lock.read_text(), ships))
     if triton:
         _triton_layout(env)
     return {
         "python": version,
         "skipped": [f"{s.entry}: {s.reason}" for s in skipped],
         "stand_ins": stand_ins,
+        # name -> [the stand-in's own version, the shipped one it reports]
+        "reports_shipped": {
+            n: [v, reported_versions(lock.read_text(), ships)[n]] for n, v in replaced.items()
+        },
         "absent_from_base": sorted(set(ships) - {"torch", "numpy"}),
     }
 
@@ -159,15 +211,22 @@ def build(definition: Path, args: dict[str, str], sif: Path) -> None:
             if (Path.cwd() / lock).is_file()
             else definition.parent.parent / lock
         )
+    env = environment(lock, args, image_python(args.get("PYTHON")))
+    record = {"mark": MARK, "env": str(env), "definition": str(definition), "args": args}
+    sif.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def environment(lock: Path, args: dict[str, str], python: str) -> Path:
+    """The stand-in environment (made once, then reused) of an image built with ``args``
+    (images.build_args) from ``lock``, on ``python``."""
     ships = _ships(args.get("SHIPS", ""))
     source = {str(canonical(s)) for s in args.get("SOURCE", "").split(",") if s}
     triton = "SDK" in args
-    python = image_python(args.get("PYTHON"))
-    key = hashlib.sha256(
-        json.dumps(
-            [RECIPE, python, lock.read_text(), sorted(ships.items()), sorted(source), triton]
-        ).encode()
-    ).hexdigest()[:16]
+    made_from = [RECIPE, python, lock.read_text(), sorted(ships.items()), sorted(source), triton]
+    reported = reported_versions(lock.read_text(), ships)
+    if reported:  # (an image with no stand-in that reports a version keeps its cached one)
+        made_from.append(["reports", sorted(reported.items())])
+    key = hashlib.sha256(json.dumps(made_from).encode()).hexdigest()[:16]
     env = cache_dir() / key
     if not (env / "standin.json").is_file():
         env.parent.mkdir(parents=True, exist_ok=True)
@@ -182,8 +241,7 @@ def build(definition: Path, args: dict[str, str], sif: Path) -> None:
                     raise
         finally:
             shutil.rmtree(partial, ignore_errors=True)
-    record = {"mark": MARK, "env": str(env), "definition": str(definition), "args": args}
-    sif.write_text(json.dumps(record, indent=1) + "\n")
+    return env
 
 
 def read(sif: Path) -> dict | None:

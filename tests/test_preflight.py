@@ -107,6 +107,7 @@ def test_cpu_triton_image_passes_every_check_that_applies(cpu_run):
         "trtexec": "skip",
         "tensorrt_version": "skip",  # no run on the CPU holds a TensorRT engine
         "deploybench_imports": "pass",
+        "model_networks": "pass",
     }
     assert "infer/s" in check_of(report, "perf_analyzer")["detail"]
     assert check_of(report, "tritonserver")["facts"]["version"]

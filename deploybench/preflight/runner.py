@@ -13,6 +13,7 @@ from ..probe import tail
 from .frameworks import check_framework_cuda
 from .gpu import GpuProbe, check_driver, check_gpu_visible, probe_gpus
 from .image import check_deploybench_imports, check_image
+from .networks import check_model_networks
 from .spec import CHECKS, FAIL, SKIP, Check, PreflightSpec, check_spec
 from .tensorrt import check_tensorrt_version, check_trtexec
 from .triton import (
@@ -106,4 +107,5 @@ def run_checks(spec: PreflightSpec) -> list[Check]:
     add("trtexec", lambda: check_trtexec(spec))
     add("tensorrt_version", lambda: check_tensorrt_version(spec))
     add("deploybench_imports", lambda: check_deploybench_imports(spec))
+    add("model_networks", lambda: check_model_networks(spec))
     return [done[name] for name in CHECKS]

@@ -23,6 +23,7 @@ CHECKS = (
     "trtexec",
     "tensorrt_version",
     "deploybench_imports",
+    "model_networks",
 )
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 # Passes, with a limit the runs may meet: the checks after it decide (the driver's
@@ -52,6 +53,8 @@ class PreflightSpec(TypedDict):
     # converters (tensorrt | tf-trt) whose TensorRT engines the runs build in this image
     # (framework role) or load in it (triton role): release.tensorrt must be what it ships
     tensorrt_engines: list[str]
+    # the models whose jobs build their network in this image: name -> {module, hparams}
+    models: dict[str, dict[str, Any]]
     slurm: dict[str, Any]  # gpus.<g>.slurm, for the fixes
     server: dict[str, Any]  # config `server`: startup_timeout_s, shutdown_timeout_s
 
