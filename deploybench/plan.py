@@ -23,7 +23,7 @@ search's (:mod:`deploybench.search_plan`) and the preflight's (:mod:`deploybench
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,7 +47,8 @@ from .job_specs import (
 )
 from .resources import GpuRequest, gpu_request_of, max_runtime_of, runtime_minutes
 from .schedule import (
-    check_partition_fits,
+    TimeLimit,
+    check_time_limits,
     describe,
     pack_groups,
     part_key,
@@ -150,12 +151,10 @@ class RunPlan:
         """The run's jobs on a cluster and the --time each asks for, as they are submitted."""
         return describe(self.path, self.jobs(), self.groups, self.max_runtime)
 
-    def check_fits_partition(self, partition: str, limit: int) -> None:
-        """Refuse the run if a submission asks for more than ``limit`` minutes, ``partition``'s
-        MaxTime (schedule.check_partition_fits)."""
-        check_partition_fits(
-            self.path, self.gpu, partition, limit, self.jobs(), self.groups, self.max_runtime
-        )
+    def check_time_limits(self, limits: Sequence[TimeLimit]) -> None:
+        """Refuse the run if a submission asks for more than the smallest of ``limits`` (its
+        partition's MaxTime, its QOS's MaxWall: schedule.cluster_time_limits) allows."""
+        check_time_limits(self.path, self.gpu, limits, self.jobs(), self.groups, self.max_runtime)
 
     def group_of(self, job: str) -> str | None:
         """The group job ``job`` (a RUN_STEPS step or a part, ``online.1``) belongs to."""

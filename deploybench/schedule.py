@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from .errors import ConfigError
 
@@ -167,24 +168,164 @@ def partition_max_minutes(partition: str, sinfo: str = "sinfo") -> tuple[int | N
     return min(finite), f"partition {partition}: MaxTime {lines[0]} ({min(finite)} min)"
 
 
-def check_partition_fits(
+# --- a QOS's limit --------------------------------------------------------------------------
+# A job's time is capped by its partition's MaxTime and by the MaxWall of its QOS (the one it is
+# submitted with, `--qos`) and of the partition's own QOS (`scontrol show partition`: QoS=):
+# SLURM leaves a job over a QOS's MaxWall pending for ever (QOSMaxWallDurationPerJobLimit).
+# The QOS flags that lift one of them (PartitionTimeLimit, OverPartQOS) are not read: the
+# smallest applies.
+
+SACCTMGR_TIMEOUT_S = 30
+
+
+def parse_max_wall(text: str) -> int | None:
+    """A QOS's MaxWall as ``sacctmgr -P`` prints it (``00:30:00``, ``1-00:00:00``; empty: none)
+    in whole minutes; None for no limit."""
+    return parse_slurm_time(text) if text.strip() else None
+
+
+def _last_line(out: subprocess.CompletedProcess[str]) -> str:
+    lines = (out.stderr.strip() or out.stdout.strip()).splitlines()
+    return lines[-1] if lines else f"exit {out.returncode}"
+
+
+def qos_max_minutes(qos: str, sacctmgr: str = "sacctmgr") -> tuple[int | None, str]:
+    """The MaxWall of QOS ``qos`` (``sacctmgr -n -P show qos <qos> format=Name,MaxWall``, which
+    asks slurmdbd) in minutes (None: no limit, or it could not be read), and what was found."""
+    try:
+        out = subprocess.run(
+            [sacctmgr, "-n", "-P", "show", "qos", qos, "format=Name,MaxWall"],
+            capture_output=True, text=True, timeout=SACCTMGR_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"could not run sacctmgr: {exc} (QOS {qos}'s MaxWall not checked)"
+    if out.returncode != 0:
+        return None, f"sacctmgr show qos {qos} gave no MaxWall ({_last_line(out)})"
+    # "short|00:30:00"; SLURM's database keeps names in lower case
+    rows = [line.split("|") for line in out.stdout.splitlines() if line.strip()]
+    walls = [row[1] if len(row) > 1 else "" for row in rows if row[0].lower() == qos.lower()]
+    if not walls:
+        return None, f"sacctmgr knows no QOS {qos} (sbatch --qos={qos} would be refused)"
+    try:
+        minutes = parse_max_wall(walls[0])
+    except ValueError as exc:
+        return None, f"sacctmgr show qos {qos}: {exc}"
+    if minutes is None:
+        return None, f"QOS {qos}: no MaxWall"
+    return minutes, f"QOS {qos}: MaxWall {walls[0]} ({minutes} min)"
+
+
+def partition_qos(partition: str, scontrol: str = "scontrol") -> tuple[str | None, str]:
+    """The QOS of ``partition`` itself (``scontrol -o show partition <partition>``: QoS=; None:
+    none, or it could not be read), and what was found."""
+    try:
+        out = subprocess.run(
+            [scontrol, "-o", "show", "partition", partition],
+            capture_output=True, text=True, timeout=SINFO_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"could not run scontrol: {exc} (partition {partition}'s QOS not checked)"
+    fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+    if out.returncode != 0 or "QoS" not in fields:
+        return None, f"scontrol show partition {partition} gave no QoS ({_last_line(out)})"
+    if fields["QoS"] in ("", "N/A"):
+        return None, f"partition {partition}: no QOS of its own"
+    return fields["QoS"], f"partition {partition}: QOS {fields['QoS']}"
+
+
+@dataclass(frozen=True)
+class TimeLimit:
+    """What caps one job's time on the cluster: its minutes, what sets them (the error's
+    words) and how to get more."""
+
+    minutes: int
+    source: str
+    remedy: str
+
+
+def cluster_time_limits(
+    gpu: str,
+    partition: str | None,
+    qos: str | None,
+    log: Callable[[str], None],
+    read: dict[tuple[str, str], tuple[object, str]],
+) -> list[TimeLimit]:
+    """What caps the time of a job submitted to ``partition`` with ``qos`` (either None: the
+    cluster's default, not read): the partition's MaxTime (sinfo), the MaxWall of the QOS and
+    of the partition's own QOS (scontrol, sacctmgr). Each is read once (``read`` keeps what was
+    read) and what was found goes to ``log``; what cannot be read is no limit."""
+
+    def once(key: tuple[str, str], reader: Callable[[], tuple[object, str]]) -> object:
+        if key not in read:
+            read[key] = reader()
+            log(read[key][1])
+        return read[key][0]
+
+    def wall(name: str) -> int | None:
+        found = once(("qos", name.lower()), lambda: qos_max_minutes(name))
+        return found if isinstance(found, int) else None
+
+    limits = []
+    if partition:
+        found = once(("partition", partition), lambda: partition_max_minutes(partition))
+        if isinstance(found, int):
+            limits.append(partition_limit(partition, found))
+        # where sinfo could not read the partition (no slurmctld answering: each try waits),
+        # scontrol cannot either: its QOS is not asked for
+        answered = read[("partition", partition)][1].startswith(f"partition {partition}:")
+        own = answered and once(("partition_qos", partition), lambda: partition_qos(partition))
+        # the job's own QOS is read below
+        mine = isinstance(own, str) and own.lower() == (qos or "").lower()
+        if isinstance(own, str) and not mine and (minutes := wall(own)) is not None:
+            limits.append(
+                TimeLimit(
+                    minutes,
+                    f"partition {partition!r}'s own QOS {own!r} allows {minutes} min a job "
+                    "(its MaxWall, read with sacctmgr)",
+                    "use a partition whose QOS allows more",
+                )
+            )
+    if qos and (minutes := wall(qos)) is not None:
+        limits.append(
+            TimeLimit(
+                minutes,
+                f"QOS {qos!r} allows {minutes} min a job (its MaxWall, read with sacctmgr)",
+                f"submit with a QOS whose MaxWall is longer (gpus.{gpu}.slurm.qos or slurm.qos)",
+            )
+        )
+    return limits
+
+
+def partition_limit(partition: str, minutes: int) -> TimeLimit:
+    """A partition's MaxTime as a TimeLimit."""
+    return TimeLimit(
+        minutes,
+        f"partition {partition!r} allows {minutes} min a job (its MaxTime, read with sinfo)",
+        "use a partition with a longer MaxTime",
+    )
+
+
+def check_time_limits(
     run: str,
     gpu: str,
-    partition: str,
-    limit: int,
+    limits: Sequence[TimeLimit],
     jobs: Sequence[tuple[str, int]],
     groups: Mapping[str, str | None],
     max_runtime: int | None,
 ) -> None:
-    """Refuse a run whose submissions ask for more time than its partition allows."""
+    """Refuse a run whose submissions ask for more time than the smallest of ``limits`` (its
+    partition's MaxTime, its QOS's MaxWall) allows, naming what sets it and what to do."""
+    if not limits:
+        return
+    limit = min(t.minutes for t in limits)
+    binding = [t for t in limits if t.minutes == limit]
     over = [(label, m) for label, m in submissions(jobs, groups) if m > limit]
     if max_runtime is not None and max_runtime > limit:
         over.insert(0, (f"gpus.{gpu}.slurm.max_runtime", max_runtime))
     if over:
         asks = ", ".join(f"{label} {minutes} min" for label, minutes in over)
         raise ConfigError(
-            f"{run}: partition {partition!r} allows {limit} min a job (its MaxTime, read with "
-            f"sinfo), but {asks}: set gpus.{gpu}.slurm.max_runtime to {limit} or less (the "
-            "measurements are then split into parts that fit) or use a partition with a longer "
-            "MaxTime"
+            f"{run}: {' and '.join(t.source for t in binding)}, but {asks}: set "
+            f"gpus.{gpu}.slurm.max_runtime to {limit} or less (the measurements are then split "
+            f"into parts that fit) or {' or '.join(t.remedy for t in binding)}"
         )

@@ -240,14 +240,19 @@ def tail_note(bound: TailBound) -> str:
 
 # --- what the export costs ---------------------------------------------------------------------
 
-# perf_analyzer from r24.08 (tritonclient 2.49; the images' r24.09 and r25.01 SDK builds) keeps
+# perf_analyzer from r24.04 (tritonclient 2.45; the images' r24.09 and r25.x SDK builds) keeps
 # every request's input and output tensors for its profile export and writes them there as
-# JSON numbers (triton-inference-server/perf_analyzer r25.01: src/infer_context.cc GetInputs,
-# GetOutputs; src/profile_data_exporter.cc AddRequestInputs, SetValueToJSON), for every window
-# it measured. Tensors in shared memory are not kept (client r25.01 src/c++/library/common.cc
-# InferInput::RawData: no buffer). Earlier ones (2.41: client r23.12 request_record.h) keep
-# only timestamps.
-TENSORS_RECORDED_FROM = (2, 49)
+# JSON numbers, for every window it measured: triton-inference-server/client r24.04
+# src/c++/perf_analyzer/infer_context.cc GetInputs (:189-207, called for every request at
+# :117), request_record.h RecordData and request_inputs_ (:38-42, :89), profile_data_exporter.cc
+# AddRequestInputs (:126); the same in triton-inference-server/perf_analyzer r24.08 to r25.12
+# src/infer_context.cc, src/profile_data_exporter.cc. r24.03 (2.44) records responses' outputs
+# only (its request_record.h has ResponseData, no inputs); earlier ones (2.41: client r23.12
+# request_record.h) only timestamps. Tensors in shared memory are not kept (client r24.04 and
+# r25.12 src/c++/library/common.cc InferInput::RawData: no buffer). It keeps the inputs even
+# without an export, which a measurement job's memory accounts for
+# (deploybench/measurement_memory.py).
+TENSORS_RECORDED_FROM = (2, 45)
 EXPORT_BUDGET_BYTES = 256 * 2**20  # what one measuring attempt's export may take, at most
 JSON_BYTES_PER_VALUE = 12  # a float as rapidjson writes it, with its comma
 DEFAULT_MAX_WINDOWS = 10  # perf_analyzer's --max-trials default: the windows it may keep

@@ -52,11 +52,23 @@ def pip_release(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in found.group(0).split(".")) if found else ()
 
 
+def installed_pip_version() -> str | None:
+    """This Python's pip's version (None: no pip here, and the install will say so)."""
+    try:
+        return metadata.version("pip")
+    except metadata.PackageNotFoundError:  # e.g. a pip without metadata: ask it
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "--version"], capture_output=True, text=True, check=False
+        )
+        found = re.match(r"pip (\S+)", out.stdout)
+        return found.group(1) if found else None
+
+
 def pip_command(pip_version: str | None = None) -> list[str]:
     """The install command, with ``--break-system-packages`` only for a pip that has it (this
     Python's pip unless ``pip_version`` is given)."""
-    version = pip_version or metadata.version("pip")
-    if pip_release(version) >= BREAK_SYSTEM_PACKAGES_FROM:
+    version = pip_version or installed_pip_version()
+    if version is None or pip_release(version) >= BREAK_SYSTEM_PACKAGES_FROM:
         return list(PIP)
     return [arg for arg in PIP if arg != "--break-system-packages"]
 

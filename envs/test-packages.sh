@@ -9,7 +9,7 @@
 # says so and stops: those tests then skip, except under CI (CI=true), where a missing package
 # is a failure.
 set -euo pipefail
-PACKAGES=(slurmctld slurmd slurm-client munge debootstrap gcc libc6-dev chromium)
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd mariadb-server munge debootstrap gcc libc6-dev chromium)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -21,6 +21,7 @@ from deploybench import engines as dbengines
 from deploybench import export_plan as dbexport
 from deploybench import images
 from deploybench import job_imports
+from deploybench import measurement_memory as dbmemory
 from deploybench import resources as dbresources
 from deploybench import plan as dbplan
 from deploybench import preflight_plan as dbpreflight
@@ -318,20 +319,18 @@ def preflight_runs():
 
 def log_submissions(runs):
     """What each run's jobs will ask a cluster for (--time, grouped as submitted), checked
-    against its partition's MaxTime where sinfo can read it."""
-    limits = {}
+    against what caps a job's time where it can be read: its partition's MaxTime (sinfo), the
+    MaxWall of its QOS and of the partition's own QOS (sacctmgr)."""
+    read = {}
     for path in runs:
         plan = _run_plan(*run_fields(path))
         for line in plan.submissions():
             logger.info(line)
         partition = (config["gpus"][plan.gpu].get("slurm") or {}).get("partition")
-        if not partition:
-            continue
-        if partition not in limits:
-            limits[partition], found = dbschedule.partition_max_minutes(partition)
-            logger.info(found)
-        if limits[partition] is not None:
-            plan.check_fits_partition(partition, limits[partition])
+        limits = dbschedule.cluster_time_limits(
+            plan.gpu, partition, plan.gpu_request.qos, logger.info, read
+        )
+        plan.check_time_limits(limits)
 
 
 def preflight_reports(wildcards):
@@ -557,6 +556,16 @@ def model_runtime(step):
 def framework_mem_mb(wildcards):
     """For `resources: mem_mb=` of the framework jobs (checkpoint, export, convert)."""
     return model_plan(wildcards.model).mem_mb
+
+
+def measurement_mem_mb(wildcards):
+    """For `resources: mem_mb=` of the measurement jobs (offline, online, their parts): the
+    inputs perf_analyzer keeps over its longest window, plus a baseline
+    (deploybench/measurement_memory.py); more than the node's fails here."""
+    part = int(wildcards.part) if hasattr(wildcards, "part") else None
+    return dbmemory.plan_measurement_mem_mb(
+        config, plan_of(wildcards), wildcards.scenario, part
+    )
 
 
 # --- Plots and reports ---------------------------------------------------------------------

@@ -34,6 +34,7 @@ rule offline:
         **gpu_resources(),
         triton_server=1,
         runtime=lambda w: plan_of(w).runtime[w.scenario],
+        mem_mb=measurement_mem_mb,
     params:
         spec=lambda w: plan_of(w).spec(w.scenario),
     script:
