@@ -307,6 +307,25 @@ def test_runtime_is_the_steps_minutes_plus_its_trials_times_the_margin():
     )
 
 
+def test_every_image_that_converts_with_trtexec_has_it_checked_by_its_preflight():
+    """NGC documents trtexec in its TensorRT image, not in the PyTorch or TensorFlow ones that
+    convert here (ResNet-50's `trt` converts in tensorflow-*): wherever a run converts with
+    trtexec, the preflight of that image on that GPU checks trtexec and the flags it needs."""
+    config = workflow_config()
+    seen = set()
+    for path in all_runs(config):
+        gpu = path.split("/")[1]
+        run = dbplan.plan_run(config, *path.split("/"))
+        if run.conversion is None or run.conversion.converter != "tensorrt":
+            continue
+        image = run.containers["framework"]
+        if (gpu, image) not in seen:
+            seen.add((gpu, image))
+            assert "--saveEngine" in plan_preflight(config, gpu, image)["trtexec_flags"], path
+    # the data holds both kinds of framework image among them
+    assert {i.split("-")[0] for _, i in seen} == {"pytorch", "tensorflow"}, seen
+
+
 def test_preflight_plan_says_what_the_runs_on_a_gpu_need_of_an_image():
     config = workflow_config()
     triton = plan_preflight(config, "A30", "triton-25.01")
