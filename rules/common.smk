@@ -769,6 +769,12 @@ def candidate_runtime(step):
     return lambda w: search_of(w).variant_plan(w.variant).runtime[step]
 
 
+def candidate_mem_mb(wildcards):
+    """For `resources: mem_mb=` of a candidate's measurement: as its run's online job's."""
+    plan = search_of(wildcards).variant_plan(wildcards.variant)
+    return dbmemory.plan_measurement_mem_mb(config, plan, "online")
+
+
 def candidate_path(plan, variant, name):
     """A file of candidate ``variant`` of the run of ``plan`` (its repository, online.csv)."""
     return in_run(f"{CANDIDATE_DIR}/{name}", plan, variant=variant)

@@ -43,6 +43,7 @@ use rule offline as search_online with:
         **gpu_resources(),
         triton_server=1,
         runtime=candidate_runtime("online"),
+        mem_mb=candidate_mem_mb,
     params:
         spec=candidate_spec("online"),
 

@@ -11,13 +11,14 @@ import re
 
 import numpy as np
 import pytest
+import yaml
 
 from deploybench import measurement_memory as dbmemory
 from deploybench import plan as dbplan
 from deploybench import tails
 from deploybench.config import containers_on, deep_merge, model_settings
 from deploybench.errors import ConfigError
-from tests.conftest import REPO, base_config, write_config
+from tests.conftest import REPO, base_config, validated, write_config
 from tests.test_plan import workflow_config
 from tests.test_slurm import job_field, job_resources, slurm_snakemake
 
@@ -156,3 +157,20 @@ def test_input_bytes_are_the_familys(model):
     family = load_family(settings["module"], dict(settings["hparams"]))
     taken = sum(math.prod(s.shape) * np.dtype(s.dtype).itemsize for s in family.inputs)
     assert settings["perf"]["input_bytes"] == taken
+
+
+def test_a_search_candidates_measurement_asks_as_its_runs_online_job(tmp_path):
+    """The search's candidate measurements (rule search_online: the online job with its own
+    resources) ask for their memory too, by the same formula as the run's online job."""
+    smoke = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    config = deep_merge(base_config(), smoke)
+    write_config(tmp_path, config)
+    result = slurm_snakemake(tmp_path, "search", timeout_s=120, dry_run=True)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    asked = {int(r["mem_mb"]) for r in job_resources(out)["search_online"]}
+    [target] = config["search_targets"]
+    plan = dbplan.plan_run(validated(config), *target.split("/"))
+    run_online = dbmemory.plan_measurement_mem_mb(validated(config), plan, "online")
+    # the smoke search measures the run's own online point: the same inputs, rate and windows
+    assert asked == {run_online} and run_online > config["measurement_memory"]["baseline_mb"]
