@@ -56,7 +56,35 @@ def published_rows(config: dict[str, Any], published: pd.DataFrame, run_path: st
     candidates = published[(published["gpu"] == gpu) & published["precision"].isin(labels)]
     if candidates.empty:
         return candidates
-    return candidates[candidates.apply(reproduces, axis=1)]
+    return with_measured_batches(config, candidates[candidates.apply(reproduces, axis=1)], run_path)
+
+
+def with_measured_batches(
+    config: dict[str, Any], rows: pd.DataFrame, run_path: str
+) -> pd.DataFrame:
+    """``rows`` (published rows of the run ``run_path``) with the batch the run measures each
+    at where the seed page gives none: the online tables of nnU-Net, ResNet-50 and FastPitch
+    name only the concurrency (DLE's runners sent batch 1). The batch is the plan's, at the
+    row's scenario and concurrency, where the plan measures one batch there; so every such row
+    joins the point that reproduces it (ratios, charts)."""
+    missing = rows["batch"].isna() if "batch" in rows else pd.Series(False, index=rows.index)
+    if not missing.any():
+        return rows
+    from .plan import plan_run  # (the plan reads the config's models: only when needed)
+
+    plan = plan_run(config, *run_path.split("/"))
+    measured: dict[tuple[str, int], set[int]] = {}
+    for scenario, points in plan.points.items():
+        for point in points:
+            key = (scenario, int(point["concurrency"]))
+            measured.setdefault(key, set()).add(int(point["batch"]))
+    filled = rows.copy()
+    for index in rows.index[missing]:
+        key = (str(rows.at[index, "scenario"]), int(rows.at[index, "concurrency"]))
+        batches = measured.get(key, set())
+        if len(batches) == 1:
+            filled.at[index, "batch"] = next(iter(batches))
+    return filled
 
 
 def _relabelled(config: dict[str, Any], run_path: str) -> dict[str, dict[str, str]]:
