@@ -20,19 +20,18 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.slurm_cluster import _die_with_parent, _stop
+from tests.slurm_cluster import _die_with_parent, _stop, _wait
 
 CLUSTER = "dbacct-test"
 BINARIES = (
     "/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db", "/usr/bin/mariadb", "/usr/sbin/slurmdbd",
     "/usr/bin/sacctmgr", "/usr/sbin/munged", "/usr/sbin/mungekey",
 )  # fmt: skip
-START_TIMEOUT_S = 60
+LABEL = "test slurmdbd"  # how its start-up errors name it
 DB_USER, DB_PASS, DB_NAME = "slurm", "deploybench-test", "slurm_acct_db"
 
 
@@ -87,15 +86,6 @@ def _ok(cmd: list[str], env: dict[str, str] | None = None) -> bool:
     except (subprocess.TimeoutExpired, OSError):
         return False
     return out.returncode == 0
-
-
-def _wait(what: str, ready: Callable[[], bool], diagnostics: Callable[[], str]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"test slurmdbd: {what} not within {START_TIMEOUT_S}s\n{diagnostics()}")
 
 
 def _daemon(
@@ -161,6 +151,8 @@ def slurm_accounting() -> Iterator[Accounting]:
             "MariaDB answering",
             lambda: _ok([*mariadb, "-e", "SELECT 1"]),
             lambda: accounting.log("mysqld.log"),
+            label=LABEL,
+            poll_s=0.2,
         )
         subprocess.run(
             [*mariadb, "-e", (
@@ -173,6 +165,8 @@ def slurm_accounting() -> Iterator[Accounting]:
             "munged answering",
             lambda: _ok(["munge", "-S", str(munge_socket), "-n"]),
             lambda: accounting.log("munged.log"),
+            label=LABEL,
+            poll_s=0.2,
         )
         dbd_conf = scratch / "slurmdbd.conf"  # slurmdbd reads it beside SLURM_CONF
         dbd_conf.write_text(
@@ -222,6 +216,8 @@ def slurm_accounting() -> Iterator[Accounting]:
             "slurmdbd answering",
             lambda: _ok(["sacctmgr", "-n", "-P", "show", "qos"], env=accounting.env),
             lambda: accounting.log("slurmdbd.log"),
+            label=LABEL,
+            poll_s=0.2,
         )
         accounting.sacctmgr("-i", "add", "cluster", CLUSTER)
         yield accounting

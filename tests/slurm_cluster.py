@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 SLURM_ETC = Path("/etc/slurm")
 CONFIG_FILES = ("slurm.conf", "gres.conf")
 PARTITION = "main"
@@ -141,13 +143,29 @@ def _munge_works() -> bool:
     return True
 
 
-def _wait(what: str, ready: Callable[[], bool], diagnostics: Callable[[], str]) -> None:
+def _wait(
+    what: str,
+    ready: Callable[[], bool],
+    diagnostics: Callable[[], str],
+    label: str = "test SLURM cluster",
+    poll_s: float = 0.5,
+) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if ready():
             return
-        time.sleep(0.5)
-    raise RuntimeError(f"test SLURM cluster: {what} not within {START_TIMEOUT_S}s\n{diagnostics()}")
+        time.sleep(poll_s)
+    raise RuntimeError(f"{label}: {what} not within {START_TIMEOUT_S}s\n{diagnostics()}")
+
+
+def skip_or_fail_unavailable(reason: str | None, tests: str) -> None:
+    """Skip ``tests`` where their daemons cannot run here (``reason``); on CI fail instead:
+    make test installs them (envs/test-packages.sh)."""
+    if not reason:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the {tests} (make test runs envs/test-packages.sh): {reason}")
+    pytest.skip(reason)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -39,7 +39,13 @@ from tests.conftest import (
     validated,
     write_config,
 )
-from tests.slurm_cluster import GPU_TYPE, Cluster, slurm_cluster, unavailable_reason
+from tests.slurm_cluster import (
+    GPU_TYPE,
+    Cluster,
+    skip_or_fail_unavailable,
+    slurm_cluster,
+    unavailable_reason,
+)
 
 SCHEMA = REPO / "config" / "schema" / "config.schema.yaml"
 STANDIN_BIN = (
@@ -339,13 +345,7 @@ def test_bad_slurm_mapping_is_rejected(gpu, slurm, message):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The cluster, up for this module's tests only (torn down before the next module)."""
-    reason = unavailable_reason()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(
-                f"CI must run the SLURM tests (make test runs envs/test-packages.sh): {reason}"
-            )
-        pytest.skip(reason)
+    skip_or_fail_unavailable(unavailable_reason(), "SLURM tests")
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as c:
         yield c
 

@@ -7,7 +7,6 @@ naming the QOS, its MaxWall and what to do.
 
 from __future__ import annotations
 
-import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from deploybench.schedule import (
 )
 from tests.conftest import base_config, validated, write_config
 from tests.slurm_accounting import Accounting, slurm_accounting, unavailable_reason
+from tests.slurm_cluster import skip_or_fail_unavailable
 from tests.test_slurm import slurm_snakemake
 
 RUN = ("tft", "A30", "trt", "fp16")
@@ -173,13 +173,7 @@ def test_limits_are_read_once_and_each_logged(monkeypatch):
 @pytest.fixture(scope="module")
 def accounting() -> Iterator[Accounting]:
     """slurmdbd over MariaDB with this module's QOS, up for this module's tests only."""
-    reason = unavailable_reason()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(
-                f"CI must run the QOS tests (make test runs envs/test-packages.sh): {reason}"
-            )
-        pytest.skip(reason)
+    skip_or_fail_unavailable(unavailable_reason(), "QOS tests")
     with slurm_accounting() as acct:
         for name, wall in QOS.items():
             acct.sacctmgr("-i", "add", "qos", name, *([f"MaxWall={wall}"] if wall else []))
