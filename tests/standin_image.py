@@ -186,7 +186,8 @@ def _make(
     stand_ins = _stand_ins([s.entry for s in skipped], ships, version)
     if stand_ins:
         subprocess.run([*pip, "--no-deps", *stand_ins], check=True, stdout=sys.stderr)
-    replaced = report_shipped_versions(env, reported_versions(lock.read_text(), ships))
+    reported = reported_versions(lock.read_text(), ships)
+    replaced = report_shipped_versions(env, reported)
     if triton:
         _triton_layout(env)
     return {
@@ -194,9 +195,7 @@ def _make(
         "skipped": [f"{s.entry}: {s.reason}" for s in skipped],
         "stand_ins": stand_ins,
         # name -> [the stand-in's own version, the shipped one it reports]
-        "reports_shipped": {
-            n: [v, reported_versions(lock.read_text(), ships)[n]] for n, v in replaced.items()
-        },
+        "reports_shipped": {n: [v, reported[n]] for n, v in replaced.items()},
         "absent_from_base": sorted(set(ships) - {"torch", "numpy"}),
     }
 
