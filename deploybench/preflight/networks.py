@@ -81,8 +81,11 @@ def check_model_networks(spec: PreflightSpec) -> Check:
     info, why = python_probe(NETWORKS_PROBE, [json.dumps(models)], NETWORKS_TIMEOUT_S)
     if not info:
         return Check(name, FAIL, f"the network probe failed: {why}", "see the job's log")
-    facts = {"versions": info["versions"], "transformers_torch": info.get("transformers_torch")}
-    facts["models"] = info["models"]
+    facts = {
+        "versions": info["versions"],
+        "transformers_torch": info.get("transformers_torch"),
+        "models": info["models"],
+    }
     lock = f"images.{spec['image']}.pins and its lock (make locks)"
     failures, fixes = [], []
     disabled = transformers_disables_torch(info)
