@@ -20,7 +20,8 @@ from .checkpoint_io import (
     resolve_checkpoint_file,
     write_framework_checkpoint,
 )
-from .errors import CheckpointError
+from .errors import CheckpointError, InputNotFound
+from .io import sha256_of
 
 if TYPE_CHECKING:
     from .models import Family
@@ -33,6 +34,7 @@ __all__ = [
     "read_workflow_checkpoint",
     "resolve_checkpoint_file",
     "save_checkpoint",
+    "source_digest",
     "write_seeded_checkpoint",
 ]
 
@@ -62,6 +64,21 @@ def prepare_model_checkpoint(family: Family, model: Mapping[str, Any], out: str 
         out,
         ema=bool(model.get("checkpoint_ema")),
     )
+
+
+def source_digest(source: str | Path | None) -> dict[str, str | None] | None:
+    """The configured checkpoint's file and its sha256, hashed once, by the job that reads it
+    (``prepare_checkpoint``): what ``models.<m>.published_needs.checkpoint_sha256`` pins. The
+    file a PyTorch family reads from a file or a checkpoint directory
+    (:func:`resolve_checkpoint_file`), else the configured file itself; a directory of another
+    layout (a TensorFlow checkpoint's) is not hashed (sha256 None). None: seeded weights."""
+    if not source:
+        return None
+    try:
+        file = resolve_checkpoint_file(source)
+    except (InputNotFound, CheckpointError):
+        file = Path(source)
+    return {"file": str(file), "sha256": sha256_of(file) if file.is_file() else None}
 
 
 def prepare_checkpoint(

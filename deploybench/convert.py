@@ -336,7 +336,8 @@ def tf_trt(
     out: Path,
     parameters: dict[str, Any],
     build_inputs: list[dict[str, np.ndarray]],
-) -> dict[str, int]:
+    max_tf_op_fraction: float | None = None,
+) -> dict[str, Any]:
     """Convert the SavedModel with TF-TRT and build its engines; returns what it built
     (:func:`trt_engine_counts`).
 
@@ -346,7 +347,9 @@ def tf_trt(
     save() writes each TRTEngineOp's built engines to ``assets/trt-serialized-engine.<op>``
     (TrtGraphConverterV2.save). TF-TRT leaves in TensorFlow whatever it cannot convert, so a
     conversion that replaced nothing, or built no engine, would still be served and reported
-    as tf-trt: that fails here (:class:`ConversionError`) and writes no artifact."""
+    as tf-trt: that fails here (:class:`ConversionError`) and writes no artifact; so does one
+    that left more than ``max_tf_op_fraction`` of the compute in TensorFlow
+    (:func:`check_tf_op_fraction`; None: not checked)."""
     import tensorflow as tf
 
     converter = tf.experimental.tensorrt.Converter(input_saved_model_dir=str(source), **parameters)
@@ -362,6 +365,7 @@ def tf_trt(
         converter.save(str(tmp))
         counts = trt_engine_counts(tmp)
         check_trt_engines(counts, parameters, out)
+        check_tf_op_fraction(counts, max_tf_op_fraction, out)
     log.info("TF-TRT %s: %s", out, counts)
     return counts
 
@@ -380,14 +384,21 @@ def trt_engine_counts(saved_model: Path) -> dict[str, Any]:
     An op's engines are the records of its ``assets/trt-serialized-engine.<op>`` file: save()
     writes one record per built engine and none for one that failed to build (tensorflow
     compiler/tf2tensorrt/ops/trt_engine_resource_ops.cc, SerializeTRTResource). A static engine
-    (TF1's is_dynamic_op=False) is the op's ``serialized_segment`` instead."""
+    (TF1's is_dynamic_op=False) is the op's ``serialized_segment`` instead.
+
+    The serving signature's compute ops: ``tf_ops`` (by type, ``tf_op_types``) TensorFlow runs
+    itself (:func:`tf_ops_outside_engines`), ``trt_ops`` the engines took (the compute nodes of
+    their ``segment_func``, the native copy of what each engine runs)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved = saved_model_pb2.SavedModel()
     saved.ParseFromString((Path(saved_model) / "saved_model.pb").read_bytes())
     static: dict[str, bool] = {}
+    segments: set[str] = set()
+    functions: dict[str, Any] = {}
     for meta in saved.meta_graphs:
         graph = meta.graph_def
+        functions |= {f.signature.name: f for f in graph.library.function}
         nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
         for node in nodes:
             if node.op != TRT_ENGINE_OP:
@@ -395,6 +406,7 @@ def trt_engine_counts(saved_model: Path) -> dict[str, Any]:
             name = node.name.split("/")[-1]
             built = node.attr["static_engine"].b and bool(node.attr["serialized_segment"].s)
             static[name] = static.get(name, False) or built
+            segments.add(node.attr["segment_func"].func.name)
     assets = Path(saved_model) / "assets"
     engines = {
         name: int(is_static) + _tfrecord_count(assets / (TRT_ENGINE_ASSET + name))
@@ -409,6 +421,13 @@ def trt_engine_counts(saved_model: Path) -> dict[str, Any]:
         # the whole network; TF2's dynamic conversion may leave ops out)
         "tf_ops": sum(outside.values()),
         "tf_op_types": dict(sorted(outside.items())),
+        "trt_ops": sum(
+            1
+            for segment in segments
+            if segment in functions
+            for node in functions[segment].node_def
+            if node.op not in PLUMBING_OPS
+        ),
     }
 
 
@@ -485,6 +504,28 @@ def check_trt_engines(counts: Mapping[str, int], parameters: Mapping[str, Any], 
             "TensorRT failed to build them; see the convert log for TensorRT's errors (workspace "
             "too small: models.<m>.convert.tf-trt.workspace_mb; an unsupported layer or precision)"
         )
+
+
+TF_OP_FRACTION_KEY = "models.<m>.convert.tf-trt.max_tf_op_fraction"
+
+
+def check_tf_op_fraction(counts: Mapping[str, Any], limit: float | None, out: Path) -> None:
+    """Fail a TF-TRT conversion that left more than ``limit`` of the serving signature's compute
+    ops (``tf_ops`` + ``trt_ops``) in TensorFlow, naming the op types left; None: not checked."""
+    left, inside = int(counts.get("tf_ops", 0)), int(counts.get("trt_ops", 0))
+    total = left + inside
+    if limit is None or total == 0 or left / total <= limit:
+        return
+    types = counts.get("tf_op_types") or {}
+    named = ", ".join(f"{op} {n}" for op, n in sorted(types.items(), key=lambda kv: -kv[1]))
+    raise ConversionError(
+        f"{out}: TF-TRT left {left} of the serving signature's {total} compute ops in "
+        f"TensorFlow ({left / total:.0%}; {inside} in its TRTEngineOps), more than "
+        f"{TF_OP_FRACTION_KEY} {limit}: {named or 'no op types recorded'}. The convert log's "
+        "TF-TRT lines say why each was left out (an op TensorRT does not convert at this "
+        "precision; a segment under minimum_segment_size); to serve it anyway raise "
+        f"{TF_OP_FRACTION_KEY}"
+    )
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -593,7 +634,9 @@ def convert(
         def job() -> None:
             feeds = [example_inputs(b) for b in build_batches]
             # TRTEngineOp nodes and built engines: the artifact's provenance and the report
-            record["trt_engines"] = tf_trt(source, out, parameters, feeds)
+            record["trt_engines"] = tf_trt(
+                source, out, parameters, feeds, settings.get("max_tf_op_fraction")
+            )
 
     needs_gpu = converter in NEEDS_GPU or (converter == "torchscript-fp16" and device != "cpu")
     if needs_gpu and not gpu_visible():

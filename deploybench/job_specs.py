@@ -155,6 +155,9 @@ class ReportRun(TypedDict):
     accelerator: str
     # the served artifact's provenance, if a conversion made it (its record: TF-TRT's engines)
     conversion: NotRequired[str | None]
+    # the checkpoint's provenance (its source file's sha256), for a model whose rows are
+    # compared only with the published weights (models.<m>.published_needs.checkpoint)
+    checkpoint: NotRequired[str | None]
     # the run's serving-configuration search (`search_targets`): csv, choice, chart; or None
     search: dict[str, str] | None
     # a GPU run's images' preflight reports on its GPU (deploybench.report.publication_gate)

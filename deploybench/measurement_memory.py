@@ -106,24 +106,27 @@ def measurement_mem_mb(
     longer: perf.measure_point). count_windows: the warm-up's request_count x warmup_factor, or
     the measuring windows' count (perf.MeasureSettings.requests_per_window at r, plus every
     retry's step, within the duration cap), or r x 1 s (a window lasts a second at least),
-    whichever is the most."""
+    whichever is the most. Both are perf.MeasureSettings.requests_held, the count the profile
+    export's budget takes too."""
     from .perf import MeasureSettings  # numpy: imported where a measurement job is planned
 
     settings = MeasureSettings(**measure)
     warm_up = max(1, settings.warmup_factor)
-    held = 0.0
+    held = 0
     for batch, rate in points:
         requests_s = rate / batch
+        # the requests a window holds (MeasureSettings.requests_held, as the export's budget)
         if settings.time_windows:
-            held = max(held, requests_s * settings.measurement_interval_ms / 1000 * warm_up)
+            held = max(held, settings.requests_held(requests_s, 0, windows_of=warm_up) or 0)
             continue
         measuring = settings.requests_per_window(requests_s)[0]
         measuring += settings.max_retries * settings.retry_request_step
         limit = settings.request_limit(requests_s)
         if limit is not None:
             measuring = min(measuring, limit)
-        held = max(held, settings.request_count * warm_up, measuring, requests_s)
-    recorded = margin * copies * input_bytes * math.ceil(held)
+        for requests in (settings.request_count * warm_up, measuring):
+            held = max(held, settings.requests_held(requests_s, requests) or 0)
+    recorded = margin * copies * input_bytes * held
     return math.ceil(baseline_mb + recorded / MIB)
 
 
@@ -141,12 +144,14 @@ def _entry(find: Any, config: dict[str, Any], *args: str | None) -> str | None:
 
 
 def published_rates(
-    config: dict[str, Any], run_path: str, scenario: str, path: Path = PUBLISHED
+    config: dict[str, Any], plan: Any, scenario: str, path: Path = PUBLISHED
 ) -> tuple[dict[tuple[int, int], float], dict[str, list[float]]]:
-    """The published inferences/s of run ``model/gpu/format/precision``'s ``scenario`` by
-    (batch, concurrency), and those of its model by scenario, on any GPU, format and precision
-    (the rows config.reference_run reproduces with this model entry)."""
-    model, gpu, fmt, precision = run_path.split("/")
+    """The published inferences/s of ``plan``'s (a RunPlan's) ``scenario`` by (batch,
+    concurrency), a row that names no batch at the batch the plan measures it with
+    (``RunPlan.batch_at``, as the report joins it), and those of its model by scenario, on any
+    GPU, format and precision (the rows config.reference_run reproduces with this model
+    entry)."""
+    model, gpu, fmt, precision = plan.path.split("/")
     own: dict[tuple[int, int], float] = {}
     of_model: dict[str, list[float]] = {}
     keys: dict[tuple[str, ...], tuple[str | None, str | None]] = {}
@@ -169,8 +174,10 @@ def published_rates(
         ran = published_ran(config, model).get(entry_format or "", {}).get(row["precision"])
         row_precision = ran["precision"] if ran else row["precision"]
         if (row["gpu"], entry_format, row_precision) == (gpu, fmt, precision):
-            point = (int(row["batch"] or 1), int(row["concurrency"] or 1))
-            own[point] = max(rate, own.get(point, 0.0))
+            concurrency = int(row["concurrency"] or 1)
+            batch = int(row["batch"]) if row["batch"] else plan.batch_at(scenario, concurrency)
+            if batch is not None:
+                own[(batch, concurrency)] = max(rate, own.get((batch, concurrency), 0.0))
     return own, of_model
 
 
@@ -190,7 +197,7 @@ def plan_measurement_mem_mb(
     settings = model_settings(config, plan.model, plan.gpu)
     perf = settings["perf"]
     where = f"{plan.path} {scenario}" + ("" if part is None else f" (part {part})")
-    own, of_model = published_rates(config, plan.path, scenario, path)
+    own, of_model = published_rates(config, plan, scenario, path)
     estimate = perf.get("expected_rate")
     if estimate is None and of_model:
         estimate = max(of_model.get(scenario) or [r for rates in of_model.values() for r in rates])

@@ -83,6 +83,8 @@ COLUMNS = CSV_COLUMNS  # the CSV a scenario's measurement writes, in its order
 UNSTABLE_MARKER = "Failed to obtain stable measurement"
 NO_STABILITY_CHECK = "1000"  # --stability-percentage: any variation passes
 WINDOWS = 3  # perf_analyzer merges its last 3 measurement windows into the reported result
+# a count window lasts this long at least (perf_analyzer polls its count once a second)
+MIN_COUNT_WINDOW_S = 1.0
 FLOOR_MARGIN = 1.1  # aim this far above the duration floor: a trial's rate varies
 FLOOR_RERUNS = 2  # a trial that still falls short of the floor is measured again, this often
 
@@ -133,6 +135,19 @@ class MeasureSettings:
             return wanted, False
         # capped: the wanted windows would outlast the cap (with one request a window too)
         return min(wanted, most), wanted / rate * WINDOWS > self.max_duration_ms / 1000
+
+    def requests_held(self, rate: float | None, requests: int, windows_of: int = 1) -> int | None:
+        """The requests one window holds at ``rate`` requests a second (None: not known), the
+        one estimate a job's memory (measurement_memory) and the profile export's budget
+        (measure_point) both take. Time windows: rate x the interval (x ``windows_of``, the
+        warm-up's longer windows), None where the rate is not known (their length, not a
+        count, decides it). Count windows: the ``requests`` asked for, or rate x 1 s where
+        more (a window lasts a second at least)."""
+        if rate is None or rate <= 0:
+            return None if self.time_windows else requests
+        if self.time_windows:
+            return math.ceil(rate * self.measurement_interval_ms / 1000 * windows_of)
+        return max(requests, math.ceil(rate * MIN_COUNT_WINDOW_S))
 
     def request_limit(self, rate: float | None) -> int | None:
         """The most requests per window that keep a trial within the duration cap (one at
@@ -196,22 +211,37 @@ def _tensor_data(example: np.ndarray) -> dict[str, Any]:
 def read_input_files(directory: Path, inputs: Iterable[TensorSpec]) -> dict[str, np.ndarray]:
     """One example (batch 1) from perf_analyzer input files as DLE's ``prepare_input_data.py``
     wrote them: ``<directory>/<input name>``, raw little-endian values of the input's type,
-    exactly its shape's count (FastPitch's ``INPUT__0``: 128 int64 symbol ids). Read as numbers
-    only (``np.fromfile``), never as code."""
+    exactly its shape's count (FastPitch's ``INPUT__0``: 128 int64 symbol ids). Read as
+    numbers only (``np.frombuffer``), never as code; a file's sha256 is its input's
+    :func:`raw_sha256` (it holds exactly those bytes)."""
     feeds = {}
     for spec in inputs:
         path = Path(directory) / spec.name
         if not path.is_file():
             raise DataError(f"{path}: no input file for {spec.name} (perf.input_data)")
-        values = np.fromfile(path, dtype=np.dtype(spec.dtype).newbyteorder("<"))
+        raw = path.read_bytes()
+        dtype = np.dtype(spec.dtype).newbyteorder("<")
         count = math.prod(spec.shape)
-        if values.size != count:
+        if len(raw) != count * dtype.itemsize:
             raise DataError(
-                f"{path}: {values.size} {spec.dtype} values, but {spec.name} takes {count} "
-                f"(shape {list(spec.shape)})"
+                f"{path}: {len(raw) / dtype.itemsize:g} {spec.dtype} values, but {spec.name} "
+                f"takes {count} (shape {list(spec.shape)})"
             )
+        values = np.frombuffer(raw, dtype=dtype)
         feeds[spec.name] = values.astype(spec.dtype).reshape((1, *spec.shape))
     return feeds
+
+
+def raw_sha256(feeds: dict[str, np.ndarray]) -> dict[str, str]:
+    """Each input's sha256, by name, of its example's values as a raw little-endian file holds
+    them (DLE's ``prepare_input_data.py`` ``tofile``): the same digest whether the example was
+    read from DLE's file or made here, which ``published_needs.input_sha256`` pins."""
+    return {
+        name: hashlib.sha256(
+            np.ascontiguousarray(array[0], dtype=array.dtype.newbyteorder("<")).tobytes()
+        ).hexdigest()
+        for name, array in sorted(feeds.items())
+    }
 
 
 def inputs_digest(feeds: dict[str, np.ndarray]) -> str:
@@ -421,8 +451,11 @@ def measure_point(
     point's requests per second when known (a warm-up measures it). A measuring attempt
     records every request (perf_analyzer's profile export) and, with ``energy``'s meter, the
     meter's readings beside it; the trial's values are over its measured windows. Where that
-    export would hold too many tensors (``export_size``: tails.export_too_costly) it is not
-    asked for: the trial then has no tails and no energy, and says why."""
+    export would hold too many tensors (``export_size``: tails.export_too_costly, for the
+    requests a window holds: MeasureSettings.requests_held) it is not asked for: the trial then
+    has no tails and no energy, and says why. In time windows that count is the rate x the
+    interval; where no warm-up or earlier trial measured the rate, an export that records
+    tensors is not asked for either (its size is not known)."""
     from .tails import export_too_costly, read_profile_export
     from .telemetry import Sampler, window
 
@@ -438,14 +471,20 @@ def measure_point(
             check_server()
             result_csv.unlink(missing_ok=True)
             export.unlink(missing_ok=True)
-            too_costly = export_too_costly(
-                tensors_recorded=export_size.tensors_recorded,
-                shared_memory=transport.shared_memory != "none",
-                values_per_request=export_size.values_per_request(point.batch),
-                requests_per_window=requests,
-                max_windows=settings.max_windows,
+            # the export holds every request its windows held: in time windows that is the
+            # point's rate (its warm-up's or previous trial's) x the interval, not `requests`
+            too_costly = (
+                export_too_costly(
+                    tensors_recorded=export_size.tensors_recorded,
+                    shared_memory=transport.shared_memory != "none",
+                    values_per_request=export_size.values_per_request(point.batch),
+                    requests_per_window=settings.requests_held(rate, requests, windows_of),
+                    max_windows=settings.max_windows,
+                )
+                if measuring
+                else None
             )
-            skipped[:] = [too_costly] if measuring and too_costly else []
+            skipped[:] = [too_costly] if too_costly else []
             exporting = measuring and not too_costly
             cmd = perf_command(
                 model_name=model_name,

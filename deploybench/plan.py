@@ -164,6 +164,17 @@ class RunPlan:
             )
         return self.groups[job]
 
+    def batch_at(self, scenario: str, concurrency: int) -> int | None:
+        """The batch the run measures ``scenario`` at ``concurrency`` with, where it measures
+        one there (None: none or several). A published row that names no batch (the online
+        tables of nnU-Net, ResNet-50 and FastPitch; DLE's runners sent batch 1) is this point."""
+        batches = {
+            int(p["batch"])
+            for p in self.points.get(scenario, ())
+            if int(p["concurrency"]) == int(concurrency)
+        }
+        return next(iter(batches)) if len(batches) == 1 else None
+
     def part_points(self, scenario: str, part: int) -> tuple[Mapping[str, int], ...]:
         """The points that part ``part`` of ``scenario`` measures."""
         _check_step(scenario, SCENARIOS)

@@ -7,10 +7,12 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,81 @@ def git_state(repo: Path | None = None) -> dict[str, Any]:
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
     return {"commit": commit, "dirty": dirty}
+
+
+# The server's environment recorded with every measurement (server_environment): the variables
+# that decide how tritonserver and its backends compute, by these names and prefixes, and every
+# name the run sets itself (`server.environment`). Nothing else of the job's environment, and no
+# name that looks like a credential's, even under these prefixes.
+SERVER_ENV_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_TF32_OVERRIDE",
+        "LD_LIBRARY_PATH",  # which CUDA, cuBLAS, cuDNN and libpython the server loads
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+    }
+)
+SERVER_ENV_PREFIXES = (
+    "CUDA_",
+    "CUBLAS_",
+    "CUBLASLT_",
+    "CUDNN_",
+    "TORCH_",
+    "PYTORCH_",
+    "TF_",  # TF_ENABLE_ONEDNN_OPTS, TF_ENABLE_AUTO_MIXED_PRECISION, ...
+    "ORT_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "TRITON_",
+)
+_CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|KEY|AUTH|COOKIE", re.IGNORECASE)
+
+# TF32, as the server's environment decides it. PyTorch reads TORCH_ALLOW_TF32_CUBLAS_OVERRIDE
+# with c10::utils::check_env: "1" allows TF32 in cuBLAS matmuls (fp32 matmul precision HIGH),
+# "0" or anything else leaves its default (HIGHEST from PyTorch 1.12). NVIDIA_TF32_OVERRIDE=0
+# turns TF32 off in NVIDIA's libraries (cuBLAS, cuDNN) whatever a framework asks for.
+TORCH_TF32 = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+NVIDIA_TF32 = "NVIDIA_TF32_OVERRIDE"
+
+
+def recorded_environment(
+    env: Mapping[str, str], configured: Collection[str] = ()
+) -> dict[str, str]:
+    """Of ``env``, the variables a server's provenance records (SERVER_ENV_NAMES and _PREFIXES,
+    and the names in ``configured``, the run's `server.environment`), sorted by name."""
+    return {
+        name: env[name]
+        for name in sorted(env)
+        if not _CREDENTIAL.search(name)
+        and (name in configured or name in SERVER_ENV_NAMES or name.startswith(SERVER_ENV_PREFIXES))
+    }
+
+
+def tf32_state(env: Mapping[str, str]) -> str:
+    """What ``env`` (a server's environment) makes of TF32, in a sentence."""
+    torch_allows = env.get(TORCH_TF32) == "1"
+    if env.get(NVIDIA_TF32) == "0":
+        over = f", over {TORCH_TF32}=1" if torch_allows else ""
+        return f"TF32 off in NVIDIA's libraries (cuBLAS, cuDNN) by {NVIDIA_TF32}=0{over}"
+    if torch_allows:
+        return f"cuBLAS TF32 allowed by {TORCH_TF32}=1 (PyTorch's fp32 matmul precision: high)"
+    return "default (no TF32 override in the server's environment: each library's own)"
+
+
+def server_environment(server: Any) -> dict[str, Any]:
+    """A running ``deploybench.server.TritonServer``'s environment as its process has it
+    (``/proc/<pid>/environ``, else the Popen env it was started with; ``source`` says which):
+    the recorded variables (recorded_environment) and the TF32 state they make."""
+    env, source = server.process_environment()
+    return {
+        "variables": recorded_environment(env, server.environment),
+        "tf32": tf32_state(env),
+        "source": source,
+    }
 
 
 def _cpu_model() -> str:

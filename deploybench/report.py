@@ -63,27 +63,20 @@ def with_measured_batches(
     config: dict[str, Any], rows: pd.DataFrame, run_path: str
 ) -> pd.DataFrame:
     """``rows`` (published rows of the run ``run_path``) with the batch the run measures each
-    at where the seed page gives none: the online tables of nnU-Net, ResNet-50 and FastPitch
-    name only the concurrency (DLE's runners sent batch 1). The batch is the plan's, at the
-    row's scenario and concurrency, where the plan measures one batch there; so every such row
-    joins the point that reproduces it (ratios, charts)."""
+    at where the seed page gives none (``RunPlan.batch_at``: the online tables of nnU-Net,
+    ResNet-50 and FastPitch name only the concurrency), so that every such row joins the point
+    that reproduces it (ratios, charts)."""
     missing = rows["batch"].isna() if "batch" in rows else pd.Series(False, index=rows.index)
     if not missing.any():
         return rows
     from .plan import plan_run  # (the plan reads the config's models: only when needed)
 
     plan = plan_run(config, *run_path.split("/"))
-    measured: dict[tuple[str, int], set[int]] = {}
-    for scenario, points in plan.points.items():
-        for point in points:
-            key = (scenario, int(point["concurrency"]))
-            measured.setdefault(key, set()).add(int(point["batch"]))
     filled = rows.copy()
     for index in rows.index[missing]:
-        key = (str(rows.at[index, "scenario"]), int(rows.at[index, "concurrency"]))
-        batches = measured.get(key, set())
-        if len(batches) == 1:
-            filled.at[index, "batch"] = next(iter(batches))
+        batch = plan.batch_at(str(rows.at[index, "scenario"]), int(rows.at[index, "concurrency"]))
+        if batch is not None:
+            filled.at[index, "batch"] = batch
     return filled
 
 
@@ -192,7 +185,11 @@ def publication_gate(
     preflights that passed for it. A GPU run needs its images' preflight on its GPU to have
     passed (``run["preflight"]``: the reports; a failed preflight writes none); a model whose
     work depends on its weights or input (``models.<m>.published_needs``) needs the trained
-    checkpoint and DLE's own perf input (``perf.input_data``), as its provenance records them."""
+    checkpoint and DLE's own perf input (``perf.input_data``), as its provenance records them,
+    each the file the published rows used: its sha256 the pinned one (``checkpoint_sha256``:
+    ``config.checkpoint_source``, the page's copy of the checkpoint's record;
+    ``input_sha256``: ``config.inputs.raw_sha256``, the bytes sent). Not pinned (null) blocks
+    too: any other file would pass."""
     blockers, passed = [], []
     for path in run.get("preflight") or []:
         report = read_json(path) if Path(path).is_file() else None
@@ -203,12 +200,76 @@ def publication_gate(
     model = run["path"].split("/")[0]
     needs = (config["models"].get(model) or {}).get("published_needs") or {}
     measured = provenance.get("config") or {}
-    if "checkpoint" in needs and not measured.get("checkpoint"):
-        blockers.append(f"its weights are seeded, not trained ({needs['checkpoint']})")
-    if "input_data" in needs and not (measured.get("inputs") or {}).get("files"):
-        source = (measured.get("inputs") or {}).get("source", "not recorded")
-        blockers.append(f"its perf input is not DLE's: {source} ({needs['input_data']})")
+    setting = f"models.{model}.published_needs"
+    if "checkpoint" in needs:
+        blockers += _checkpoint_blockers(needs, measured, setting)
+    if "input_data" in needs:
+        blockers += _input_blockers(needs, measured, setting)
     return blockers, passed
+
+
+def _checkpoint_blockers(
+    needs: Mapping[str, Any], measured: Mapping[str, Any], setting: str
+) -> list[str]:
+    """Why a run's weights are not the published ones: seeded, not pinned, or another file."""
+    if not measured.get("checkpoint"):
+        return [f"its weights are seeded, not trained ({needs['checkpoint']})"]
+    source = measured.get("checkpoint_source") or {}
+    file, digest = source.get("file") or measured["checkpoint"], source.get("sha256")
+    pinned = needs.get("checkpoint_sha256")
+    if not pinned:
+        recorded = f"sha256 {digest}" if digest else "sha256 not recorded"
+        why = (
+            f"its checkpoint is not pinned: {file} ({recorded}) is not known to be the one the "
+            f"published rows used (set {setting}.checkpoint_sha256 to the sha256 of NGC's file)"
+        )
+    elif not digest:
+        why = (
+            f"its checkpoint {file} has no sha256 recorded (prepared before the workflow "
+            f"recorded it: rerun prepare_checkpoint), so it is not known to be the pinned "
+            f"{pinned} ({setting}.checkpoint_sha256)"
+        )
+    elif digest != pinned:
+        why = (
+            f"its checkpoint {file} has sha256 {digest}, not the pinned {pinned} "
+            f"({setting}.checkpoint_sha256)"
+        )
+    else:
+        return []
+    return [why]
+
+
+def _input_blockers(
+    needs: Mapping[str, Any], measured: Mapping[str, Any], setting: str
+) -> list[str]:
+    """Why a run's perf input is not DLE's: not pinned, or other bytes than the pinned ones
+    (``config.inputs.raw_sha256``: the example's values as DLE's raw files hold them, whether
+    read from DLE's files, ``perf.input_data``, or made here)."""
+    inputs = measured.get("inputs") or {}
+    where = inputs.get("files") or inputs.get("source", "not recorded")
+    pins = needs.get("input_sha256") or {}
+    if not pins:
+        why = (
+            f"its perf input is not pinned: {where} is not known to be DLE's (set "
+            f"{setting}.input_sha256 to its files' sha256, by input name)"
+        )
+        return [why]
+    recorded = inputs.get("raw_sha256") or {}
+    blockers = []
+    for name, pinned in sorted(pins.items()):
+        digest = recorded.get(name)
+        if not digest:
+            blockers.append(
+                f"its perf input {name} ({where}) has no sha256 recorded (measured before the "
+                f"workflow recorded it), so it is not known to be the pinned {pinned} "
+                f"({setting}.input_sha256.{name})"
+            )
+        elif digest != pinned:
+            blockers.append(
+                f"its perf input is not DLE's: {name} ({where}) has sha256 {digest}, not the "
+                f"pinned {pinned} ({setting}.input_sha256.{name}: {needs['input_data']})"
+            )
+    return blockers
 
 
 def published_notes(config: dict[str, Any], published: pd.DataFrame, run_path: str) -> list[str]:
@@ -243,18 +304,26 @@ def published_notes(config: dict[str, Any], published: pd.DataFrame, run_path: s
 RATIOS = {"throughput": "throughput_ratio", "p99_latency_ms": "p99_latency_ratio"}
 
 
-def ratios(measured_rows: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+def ratios(
+    measured_rows: pd.DataFrame,
+    published: pd.DataFrame,
+    measure: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
     """Measured over published throughput and p99 latency at every point both have, each
     ratio with its 95 % half-width (the measured interval over the exact published figure;
-    NaN with one trial)."""
+    NaN with one trial), and how many requests each side's p99 comes from
+    (:func:`p99_requests`; ``measure``: the run's MEASURE_KEYS, None: not known)."""
     columns = [*POINT, "throughput_measured", "throughput_ci95", "throughput_published"]
     columns += [c for r in RATIOS.values() for c in (r, r + "_ci95")]
+    columns += list(P99_REQUESTS)
     if measured_rows.empty or published.empty:
         return pd.DataFrame(columns=columns)
     values = list(RATIOS)
     # An older CSV lacks the interval columns (and `trials`): NaN, so no interval.
     intervals = [INTERVAL_COLUMNS[v] for v in values]
-    ours = measured_rows.reindex(columns=[*POINT, *values, "trials", *intervals])
+    ours = measured_rows.reindex(
+        columns=[*POINT, *values, "trials", "measured_requests", *intervals]
+    )
     both = ours.merge(published[[*POINT, *values]], on=POINT, suffixes=("_measured", "_published"))
     for value, ratio in RATIOS.items():
         pairs = [
@@ -263,7 +332,48 @@ def ratios(measured_rows: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame
         ]
         both[ratio] = [r for r, _ in pairs]
         both[ratio + "_ci95"] = [h for _, h in pairs]
-    return both.sort_values(POINT).reset_index(drop=True)
+    samples = [p99_requests(row, measure) for row in both.to_dict("records")]
+    for i, column in enumerate(P99_REQUESTS):
+        both[column] = [s[i] for s in samples]
+    return both.drop(columns="measured_requests").sort_values(POINT).reset_index(drop=True)
+
+
+# How many requests the p99 of each side comes from: ours, and the published one's as DLE's
+# runner measured it (P99_SAMPLE_NOTE says how).
+P99_REQUESTS = {
+    "p99_requests": "p99 from (requests)",
+    "p99_requests_published": "Published p99 from (requests)",
+}
+P99_SAMPLE_NOTE = (
+    "*p99 from (requests)*: the requests of one trial's measured windows, which perf_analyzer's "
+    "p99 is taken over (the point's p99 is the mean of its trials'); the published one's, as "
+    "DLE's runner measured it: its windows without this project's duration floor "
+    "(count_windows: `request_count` requests a window; time windows: the published rate over "
+    "`measurement_interval_ms`), perf_analyzer's last {windows} windows. A p99 from many more "
+    "requests is a steadier estimate of the same tail, not a different one."
+)
+
+
+def p99_requests(row: Mapping[str, Any], measure: Mapping[str, Any] | None) -> tuple[float, float]:
+    """(ours, the published one's): the requests one trial's p99 was taken over
+    (``measured_requests`` is every trial's: over ``trials``), and those DLE's runner's
+    windows held at the published point (``measure``: the run's settings without the duration
+    floor, which are DLE's: :data:`P99_SAMPLE_NOTE`). NaN where not known."""
+    from .perf import WINDOWS, MeasureSettings
+
+    nan = float("nan")
+    requests, trials = _float(row.get("measured_requests")), _float(row.get("trials"))
+    ours = requests / trials if trials > 0 else nan  # (NaN where either is missing)
+    if measure is None:
+        return ours, nan
+    settings = MeasureSettings(**measure)
+    if not settings.time_windows:
+        return ours, float(settings.request_count * WINDOWS)
+    rate = _float(row.get("throughput_published"))
+    if math.isnan(rate):
+        return ours, nan
+    per_second = rate / int(row["batch"])
+    return ours, float(math.ceil(per_second * settings.measurement_interval_ms / 1000) * WINDOWS)
 
 
 def _unsuffixed(row: Mapping[str, Any], suffix: str) -> dict[str, Any]:
@@ -304,7 +414,10 @@ def _float(value: Any) -> float:
 
 def _cell(value: Any) -> str:
     if isinstance(value, float):
-        return "" if pd.isna(value) else f"{value:.4g}"
+        if pd.isna(value):
+            return ""
+        # a count (requests) in full, not as 1.5e+04
+        return str(int(value)) if value.is_integer() and abs(value) >= 1e4 else f"{value:.4g}"
     return str(value)
 
 
@@ -315,6 +428,8 @@ def trt_engines_text(engines: Mapping[str, Any]) -> str:
     if "tf_ops" in engines:  # recorded since the conversion counts them
         types = ", ".join(f"{op} {n}" for op, n in (engines.get("tf_op_types") or {}).items())
         text += f"; {engines['tf_ops']} ops left to TensorFlow" + (f" ({types})" if types else "")
+    if "trt_ops" in engines:  # the compute the engines took, recorded since it is counted
+        text += f", {engines['trt_ops']} in the engines"
     return text
 
 
@@ -564,6 +679,7 @@ def summary_section(
         "throughput_published": "Published inferences/s",
         "throughput_ratio": "Throughput ratio",
         "p99_latency_ratio": "p99 latency ratio",
+        **P99_REQUESTS,
     }
     intervals = {"throughput_measured": "throughput_ci95"}
     intervals |= {ratio: ratio + "_ci95" for ratio in RATIOS.values()}
@@ -574,6 +690,10 @@ def summary_section(
             parts.append("No published figures for this configuration.")
         else:
             parts.append(markdown_table(table, columns, intervals))
+    if any(not table.empty for table in comparisons.values()):
+        from .perf import WINDOWS
+
+        parts.append(P99_SAMPLE_NOTE.format(windows=WINDOWS))
     return "\n\n".join(parts)
 
 
@@ -586,12 +706,15 @@ def between_runs(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     for i, run in enumerate(order[1:], start=1):
         remaining = frames[run]
         for earlier in order[:i]:
+            if remaining.empty:  # every point compared already
+                break
             compared = compare_frames(frames[earlier], remaining, POINT)
             if not compared.empty:
                 parts.append(compared.assign(run=run, against=earlier))
             # A point is compared once, against the first run that has it.
             done = set(compared[POINT].itertuples(index=False))
-            remaining = remaining[[p not in done for p in remaining[POINT].itertuples(index=False)]]
+            keep = [p not in done for p in remaining[POINT].itertuples(index=False)]
+            remaining = remaining.loc[pd.Series(keep, index=remaining.index, dtype=bool)]
     columns = ["run", "against", *compared_columns(POINT)]
     if not parts:
         return pd.DataFrame(columns=columns)

@@ -137,6 +137,8 @@ class TritonServer:
         self.start_attempts = start_attempts
         self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None
+        # the environment the last process was started with (its Popen env): provenance
+        self.started_environment: dict[str, str] | None = None
         self._stopped: subprocess.Popen[bytes] | None = None  # the process stop() has swept
         self.http_port = self.grpc_port = self.metrics_port = 0
         # The python backend's regions get a name of this server's own, so that stop() can
@@ -206,6 +208,8 @@ class TritonServer:
         with self.log_path.open("ab") as out:
             out.write(f"$ {' '.join(cmd)}\n".encode())
             out.flush()
+            env = tools.server_environment() | self.environment
+            self.started_environment = env
             # A SIGTERM inside Popen would lose the child it has just started: held until
             # the caller has it (self.process), so that stop() reaches it.
             with held_signals():
@@ -214,7 +218,7 @@ class TritonServer:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=tools.server_environment() | self.environment,
+                    env=env,
                     start_new_session=True,
                     preexec_fn=die_with_parent(signal.SIGTERM),  # noqa: PLW1509 - the child only calls prctl
                 )
@@ -262,6 +266,23 @@ class TritonServer:
         with urllib.request.urlopen(f"http://{self.http_url}/v2", timeout=10) as response:
             data: dict[str, object] = json.loads(response.read())
         return {**data, "binary": self.command()[0]}
+
+    def process_environment(self) -> tuple[dict[str, str], str]:
+        """The server process's environment and where it was read: its ``/proc/<pid>/environ``
+        while it runs (Linux, where readable: what the kernel gave the process at exec), else
+        the environment it was started with (the Popen ``env``). Empty where none started."""
+        proc = self.process
+        if proc is not None and proc.poll() is None:  # our child, not reaped: its pid is its own
+            environ = Path(f"/proc/{proc.pid}/environ")
+            with contextlib.suppress(OSError):
+                items = environ.read_bytes().split(b"\0")
+                pairs = (item.decode(errors="replace").split("=", 1) for item in items)
+                read = {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+                if read:  # (empty: it has exited since)
+                    return read, str(environ)
+        if self.started_environment is None:
+            return {}, "no server started"
+        return dict(self.started_environment), "the environment it was started with (Popen env)"
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -127,9 +127,13 @@ def server_settings(server: Mapping[str, Any], how: ServingSpec, builds: int = 1
 
 
 def tensorrt_accelerator(run: Run, backend: str) -> dict[str, Any]:
-    """The backend's TensorRT execution accelerator at the run's precision; its workspace from
-    the model's TensorRT (ONNX Runtime: accelerator_workspace_mb, else workspace_mb) or TF-TRT
-    (TensorFlow) conversion settings, if set."""
+    """The backend's TensorRT execution accelerator at the run's precision (``precision_mode``
+    FP32/FP16) and its workspace, if set: ONNX Runtime's from `models.<m>.convert.tensorrt`
+    (accelerator_workspace_mb, else workspace_mb); TensorFlow's from `convert.tf-trt`'s
+    accelerator_workspace_mb only, not the conversion's workspace_mb: Model Navigator v0.1.0,
+    DLE's ResNet-50 pin, wrote ``precision_mode`` alone (model_navigator/triton/model_config.py
+    L111-114), leaving the rest to the TensorFlow backend's defaults
+    (docs/config-reference.md#resnet50-formats)."""
     if backend not in ACCELERATOR_SETTINGS:
         raise ConfigError(
             f"format {run.format!r}: backend {backend!r} has no TensorRT accelerator; valid "
@@ -141,7 +145,8 @@ def tensorrt_accelerator(run: Run, backend: str) -> dict[str, Any]:
         )
     parameters = {"precision_mode": run.precision.upper()}
     section = (run.settings.get("convert") or {}).get(ACCELERATOR_SETTINGS[backend]) or {}
-    workspace = section.get(ACCELERATOR_WORKSPACE, section.get("workspace_mb"))
+    fallback = section.get("workspace_mb") if backend == "onnxruntime" else None
+    workspace = section.get(ACCELERATOR_WORKSPACE, fallback)
     if workspace is not None:
         parameters["max_workspace_size_bytes"] = str(int(workspace) * MIB)
     return {"name": "tensorrt", "parameters": parameters}

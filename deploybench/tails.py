@@ -273,15 +273,24 @@ def export_too_costly(
     tensors_recorded: bool,
     shared_memory: bool,
     values_per_request: int,
-    requests_per_window: int,
+    requests_per_window: int | None,
     max_windows: int | None,
 ) -> str | None:
     """Why a measuring attempt should not ask for the profile export (None: it may): its
     perf_analyzer would keep and write more than EXPORT_BUDGET_BYTES of tensors (every request
-    of up to ``max_windows`` windows, ``values_per_request`` values each)."""
+    of up to ``max_windows`` windows of ``requests_per_window`` requests, ``values_per_request``
+    values each; perf.MeasureSettings.requests_held). ``requests_per_window`` None: not known
+    (time windows at a rate not measured yet), so not asked for where tensors are recorded."""
     if not tensors_recorded or shared_memory or values_per_request <= 0:
         return None
     windows = max_windows or DEFAULT_MAX_WINDOWS
+    if requests_per_window is None:
+        return (
+            f"perf_analyzer's profile export would hold every request's tensors "
+            f"({values_per_request} values a request) of windows of a length, not a count, at a "
+            f"rate not measured yet (no warm-up or earlier trial), so its size is not known: "
+            f"not asked for"
+        )
     estimate = values_per_request * JSON_BYTES_PER_VALUE * requests_per_window * windows
     if estimate <= EXPORT_BUDGET_BYTES:
         return None

@@ -632,6 +632,11 @@ def runs_in_report(report_set, model):
     return runs
 
 
+def published_needs(model):
+    """What a run of ``model`` needs before its rows are set beside the published ones."""
+    return (config["models"].get(model) or {}).get("published_needs") or {}
+
+
 def report_runs(wildcards):
     """What the report page reads for each run."""
     entries = []
@@ -656,6 +661,13 @@ def report_runs(wildcards):
                     if plan.device == "gpu"
                     and not dbserving.container_free(config["gpus"][plan.gpu])
                     else []
+                ),
+                # the checkpoint's record (its source file's sha256), for a model whose rows
+                # are compared only with the published weights (publication_gate)
+                "checkpoint": (
+                    f"{checkpoint_of(plan.model)}.provenance.json"
+                    if "checkpoint" in published_needs(plan.model)
+                    else None
                 ),
                 # the conversion's record (TF-TRT: its engines) for the configuration table
                 "conversion": (
@@ -682,6 +694,7 @@ def report_inputs(wildcards):
         "csv": [r[s] for r in runs for s in SCENARIOS],
         "provenance": [r["provenance"] for r in runs],
         "conversion": [r["conversion"] for r in runs if r["conversion"]],
+        "checkpoint": sorted({r["checkpoint"] for r in runs if r["checkpoint"]}),
         "preflight": sorted({p for r in runs for p in r["preflight"]}),
         "plots": [p for r in runs for p in r["plots"]],
         "search": [f for r in runs if r["search"] for f in r["search"].values()],

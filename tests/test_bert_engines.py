@@ -526,7 +526,12 @@ def test_accuracy_checks_every_engine_at_its_batch(tmp_path, monkeypatch):
         metric_name="F1",
         higher_is_better=True,
     )
-    server = SimpleNamespace(http_url="http://stand-in", metadata=lambda: {"version": "x"})
+    server = SimpleNamespace(
+        http_url="http://stand-in",
+        metadata=lambda: {"version": "x"},
+        environment={},
+        process_environment=lambda: ({}, "the stand-in's (no process)"),
+    )
     asked: list[tuple[str, int]] = []
     wrong = {"model": None}
 

@@ -218,6 +218,19 @@ def test_text_to_ids_uses_english_basic():
     assert text_to_ids("  ") == []
 
 
+def test_text_to_ids_expands_dles_abbreviations():
+    """english_cleaners' abbreviations (DLE afe00719 common/text/abbreviations.py): after
+    lowercasing, ``\\b<abbr>\\.`` in its list's order; numbers are not expanded."""
+    expanded = "misess de mohrenschildt thought that oswald,"
+    assert text_to_ids("Mrs. De Mohrenschildt thought that Oswald,") == text_to_ids(expanded)
+    # "lt." first: then "col." no longer follows a word boundary
+    assert text_to_ids("DR. X, Drs. Y; (St.Louis) Lt.Col. Z") == text_to_ids(
+        "doctor x, doctors y; (saintlouis) lieutenantcol. z"
+    )
+    assert text_to_ids("mrs mr.s hmr. co.") == text_to_ids("mrs misters hmr. company")
+    assert text_to_ids("Mrs. 1") == [*text_to_ids("misess"), 11]  # the digit dropped, unspoken
+
+
 def test_metric_known_answers(family):
     ones = np.ones((1, 80, 4), np.float32)
     outputs = [
@@ -351,6 +364,32 @@ def test_dle_checkpoint_loads_and_gives_dles_outputs(version, ddp, tmp_path):
     # DLE's infer returns lengths [B] (served [B, 1]) and 1.1's pitch [B, 1, L] (served [B, L])
     for got, want in zip(outputs, expected, strict=True):
         np.testing.assert_allclose(got.reshape(want["shape"]), want["values"], atol=1e-5)
+
+
+def test_checkpoint_record_holds_the_source_files_sha256(tmp_path):
+    """prepare_checkpoint records the configured file's sha256 (the file read from a checkpoint
+    directory too): what published_needs.checkpoint_sha256 pins (deploybench.report)."""
+    import hashlib
+    import json
+
+    from deploybench import jobs
+
+    _, state = _dle_state("1.0")
+    folder = tmp_path / "ngc"
+    folder.mkdir()
+    _save_dle_checkpoint("1.0", state, folder / "nvidia_fastpitch_200518.pt", ddp=True)
+    digest = hashlib.sha256((folder / "nvidia_fastpitch_200518.pt").read_bytes()).hexdigest()
+    hparams = dle_fixture("fastpitch-1.0")["reference"]["hparams"]
+    for checkpoint, source in (
+        (str(folder), {"file": str(folder / "nvidia_fastpitch_200518.pt"), "sha256": digest}),
+        (None, None),  # seeded
+    ):
+        model = {"module": "fastpitch", "hparams": hparams, "checkpoint": checkpoint, "seed": 0}
+        record = tmp_path / "checkpoint.pt.provenance.json"
+        jobs.make_checkpoint(
+            {"model": model}, checkpoint=str(tmp_path / "checkpoint.pt"), provenance=str(record)
+        )
+        assert json.loads(record.read_text())["source"] == source
 
 
 def test_energy_output_follows_the_energy_predictor(tmp_path):

@@ -256,6 +256,12 @@ def test_every_native_config_has_the_seed_pages_parameters():
                 "trt_profile_max_shapes",
             }, where
             assert [w.batch_size for w in cfg.model_warmup] == [cfg.max_batch_size], where
+        elif run.format == "tf-trt":  # ResNet-50: "Backend Accelerator: TensorRT", as Model
+            # Navigator v0.1.0 wrote it (tests/test_resnet50_serving.py)
+            assert [(a.name, dict(a.parameters)) for a in accelerators] == [
+                ("tensorrt", {"precision_mode": run.precision.upper()})
+            ], where
+            assert not cfg.model_warmup, where
         else:
             assert not accelerators and not cfg.model_warmup, where
 
@@ -287,14 +293,19 @@ def test_cuda_graphs_and_tensor_types_are_opt_in():
     assert {i.name: i.data_type for i in onnx.input}["s_cat__0"] == model_config_pb2.TYPE_INT64
 
 
-def test_tensorflow_tensorrt_accelerator_takes_tf_trt_settings():
+def test_tensorflow_tensorrt_accelerator_takes_its_own_workspace_only():
     config = base_config()
     config["formats"]["tf-savedmodel"]["accelerator"] = "tensorrt"
     cfg = parsed(dbc.resolve(config, "resnet50", "A30", "tf-savedmodel", "fp32"))
     (acc,) = cfg.optimization.execution_accelerators.gpu_execution_accelerator
-    assert acc.name == "tensorrt" and dict(acc.parameters) == {
+    # not the conversion's workspace_mb (4096): Model Navigator v0.1.0 set precision_mode alone
+    assert acc.name == "tensorrt" and dict(acc.parameters) == {"precision_mode": "FP32"}
+    config["models"]["resnet50"]["convert"]["tf-trt"]["accelerator_workspace_mb"] = 2048
+    cfg = parsed(dbc.resolve(config, "resnet50", "A30", "tf-savedmodel", "fp32"))
+    (acc,) = cfg.optimization.execution_accelerators.gpu_execution_accelerator
+    assert dict(acc.parameters) == {
         "precision_mode": "FP32",
-        "max_workspace_size_bytes": str(4096 * 2**20),
+        "max_workspace_size_bytes": str(2048 * 2**20),
     }
 
 

@@ -8,6 +8,7 @@ decoder's cost grows with the frames."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -189,3 +190,51 @@ def test_dles_own_input_files_are_read_as_numbers(tmp_path):
         read_input_files(tmp_path, [spec])
     with pytest.raises(DataError, match="no input file for OTHER"):
         read_input_files(tmp_path, [TensorSpec("OTHER", "float32", (2,))])
+
+
+# The first line of DLE's filelists/ljs_mel_dur_pitch_text_test_filelist.txt at afe00719, the
+# one its triton/dataloader.py reads first.
+DLE_FIRST_LINE = (
+    "mels/LJ045-0096.pt|durations/LJ045-0096.pt|pitch_char/LJ045-0096.pt|"
+    "Mrs. De Mohrenschildt thought that Oswald,"
+)
+
+
+def test_dles_fastpitch_input_file_is_the_pinned_one(tmp_path):
+    """models.fastpitch.published_needs.input_sha256 is the file the published rows measured:
+    what DLE's triton/prepare_input_data.py --length 128 writes at afe00719 (the tables are
+    byte-identical at ba8f04bf, whose README changes only the commands). Its dataloader.py
+    reads LJ045-0096 with TextMelAliLoader(english_basic, ['english_cleaners']), no CMUdict:
+    lowercase, "Mrs." → "misess" (common/text/abbreviations.py), 44 letters as a LongTensor,
+    tiled to 128 and written as int64 by ``tofile``. Read through perf.input_data, its sha256 is
+    what the measurement records and the report compares."""
+    from deploybench.models.fastpitch import SYMBOL_ID, tile_ids
+    from deploybench.perf import raw_sha256, read_input_files
+    from deploybench.tensors import TensorSpec
+
+    cleaned = "misess de mohrenschildt thought that oswald,"
+    ids = [SYMBOL_ID[c] for c in cleaned]
+    assert len(ids) == 44 and ids[:8] == [50, 46, 56, 42, 56, 56, 11, 41]
+    tile_ids(ids, 128).astype("<i8").tofile(tmp_path / "INPUT__0")
+    pinned = base_config()["models"]["fastpitch"]["published_needs"]["input_sha256"]
+    feeds = read_input_files(tmp_path, [TensorSpec("INPUT__0", "int64", (128,))])
+    # what the measurement records of the bytes it sent: the file's own sha256
+    file_sha256 = hashlib.sha256((tmp_path / "INPUT__0").read_bytes()).hexdigest()
+    assert raw_sha256(feeds) == pinned == {"INPUT__0": file_sha256}
+    assert feeds["INPUT__0"].shape == (1, 128) and feeds["INPUT__0"][0, 44] == ids[0]
+    assert feeds["INPUT__0"][0, 127] == ids[127 - 88]  # np.tile three times, then cut
+
+
+def test_fastpitch_perf_input_from_dles_filelist_is_the_pinned_file(tmp_path):
+    """The family's own letters path (text_to_ids: english_cleaners' abbreviations) on a
+    filelist whose first line is DLE's makes the pinned file's bytes, without DLE's code: the
+    sha256 the measurement records of what it sent is the pinned one."""
+    from deploybench.perf import raw_sha256
+
+    (tmp_path / "filelists").mkdir()
+    filelist = tmp_path / "filelists" / "ljs_mel_dur_pitch_text_test_filelist.txt"
+    filelist.write_text(DLE_FIRST_LINE + "\n" + DLE_FIRST_LINE.replace("0096", "0097") + "\n")
+    ids = FastPitchFamily({}).perf_inputs(seed=0, dataset=filelist)["INPUT__0"]
+    assert ids.shape == (1, 128) and ids.dtype == np.int64
+    pinned = base_config()["models"]["fastpitch"]["published_needs"]["input_sha256"]
+    assert raw_sha256({"INPUT__0": ids}) == pinned

@@ -23,7 +23,7 @@ from deploybench.report import (
     reference_rows,
     summary_section,
 )
-from tests.conftest import REPO, base_config, planned_jobs, run_snakemake
+from tests.conftest import REPO, base_config, planned_jobs, run_snakemake, validated
 from tests.test_compare import write_run
 
 PUBLISHED = REPO / "config" / "reference" / "published.csv"
@@ -274,7 +274,7 @@ def _gpu_page(tmp_path: Path, preflight: list[str]) -> str:
     page = tmp_path / "reports" / "tft.md"
     jobs.report(
         spec, published=str(PUBLISHED), markdown=str(page), html=str(page.with_suffix(".html")),
-        config=base_config(),
+        config=validated(base_config()),  # as the workflow hands it: with the schema's defaults
     )  # fmt: skip
     return page.read_text().split("## Measured vs published", 1)[1].split("## Between runs")[0]
 
@@ -299,12 +299,132 @@ def test_fastpitch_rows_need_its_trained_weights_and_dles_input_to_be_compared()
 
     config = base_config()
     run = {"path": "fastpitch/A30/ts-trace/fp16", "preflight": []}
-    seeded = {"config": {"checkpoint": None, "inputs": {"source": "seeded letters", "files": None}}}
+    letters = {"source": "seeded letters", "files": None, "raw_sha256": {"INPUT__0": "8" * 64}}
+    seeded = {"config": {"checkpoint": None, "inputs": letters}}
     blockers, _ = publication_gate(config, run, seeded)
     assert len(blockers) == 2
     assert blockers[0].startswith("its weights are seeded, not trained (the decoder's length")
-    assert blockers[1].startswith("its perf input is not DLE's: seeded letters (DLE sent LJ045")
-    dles = {"config": {"checkpoint": "ckpt.pt", "inputs": {"files": "/data/fastpitch_input"}}}
-    assert publication_gate(config, run, dles) == ([], [])
+    assert blockers[1].startswith(
+        f"its perf input is not DLE's: INPUT__0 (seeded letters) has sha256 {'8' * 64}, not the "
+        f"pinned {DLE_INPUT_SHA256}"
+    )
+    needs = config["models"]["fastpitch"]["published_needs"]
+    needs["checkpoint_sha256"] = NGC_SHA256  # as a user sets it (null in config.yaml)
+    assert publication_gate(config, run, dles_provenance()) == ([], [])
+    # the same values made here from DLE's filelist (no file of DLE's): compared too
+    made = dles_provenance()
+    made["config"]["inputs"] |= {"files": None, "source": "the first utterance of a filelist"}
+    assert publication_gate(config, run, made) == ([], [])
     # a dense network's work does not depend on them: seeded TFT is compared
     assert publication_gate(config, {"path": "tft/A30/trt/fp16"}, seeded) == ([], [])
+
+
+# A stand-in for the sha256 of NGC's nvidia_fastpitch_200518.pt (published nowhere: the config
+# leaves it null), and DLE's input file's, as config.yaml pins it.
+NGC_SHA256 = "5" * 64
+DLE_INPUT_SHA256 = "e2cac0dc21d51f237e5710918fd5111f2f5beec1176ce4f43bec7da512b846dc"
+
+
+def dles_provenance(checkpoint_sha256=NGC_SHA256, input_sha256=DLE_INPUT_SHA256):
+    """A FastPitch run's provenance as the page reads it: the measurement's, with the
+    checkpoint's record (``checkpoint_source``, from the prepare_checkpoint sidecar)."""
+    return {
+        "config": {
+            "checkpoint": "/ckpt/nvidia_fastpitch_200518.pt",
+            "checkpoint_source": {
+                "file": "/ckpt/nvidia_fastpitch_200518.pt",
+                "sha256": checkpoint_sha256,
+            },
+            "inputs": {
+                "source": "/data/fastpitch_input: raw input files (perf.input_data)",
+                "files": "/data/fastpitch_input",
+                "raw_sha256": {"INPUT__0": input_sha256},
+            },
+        }
+    }
+
+
+def _fastpitch_page(tmp_path: Path, checkpoint_sha256: str) -> str:
+    """jobs.report on one A100 FastPitch ts-trace fp16 run measured with DLE's input file,
+    whose checkpoint's record (prepare_checkpoint's sidecar) holds ``checkpoint_sha256``; the
+    config pins NGC_SHA256."""
+    name = "fastpitch/A100/ts-trace/fp16"
+    directory = write_run(tmp_path / "results", run=name)
+    provenance = directory / "offline.provenance.json"
+    recorded = dles_provenance()["config"]
+    del recorded["checkpoint_source"]  # the page reads it from the checkpoint's record
+    provenance.write_text(json.dumps({"config": {"gpu_name": "NVIDIA A100"} | recorded}))
+    checkpoint = tmp_path / "results" / "fastpitch" / "checkpoint" / "checkpoint.pt.provenance.json"
+    checkpoint.parent.mkdir(parents=True)
+    source = {"file": "/ckpt/nvidia_fastpitch_200518.pt", "sha256": checkpoint_sha256}
+    checkpoint.write_text(json.dumps({"config": {}, "source": source}))
+    run = {
+        "path": name, "offline": str(directory / "offline.csv"),
+        "online": str(directory / "online.csv"), "plots": [], "provenance": str(provenance),
+        "accelerator": "none", "search": None, "preflight": [], "checkpoint": str(checkpoint),
+    }  # fmt: skip
+    stems = {s: str(tmp_path / "reports" / f"comparison_{s}") for s in ("offline", "online")}
+    spec = {"model": "fastpitch", "runs": [run], "stems": stems}
+    spec["options"] = {"width": 300, "height": 200}
+    config = validated(base_config())
+    config["models"]["fastpitch"]["published_needs"]["checkpoint_sha256"] = NGC_SHA256
+    page = tmp_path / "reports" / "fastpitch.md"
+    jobs.report(
+        spec, published=str(PUBLISHED), markdown=str(page), html=str(page.with_suffix(".html")),
+        config=config,
+    )  # fmt: skip
+    return page.read_text().split("## Measured vs published", 1)[1].split("## Between runs")[0]
+
+
+def test_the_page_compares_fastpitch_only_with_the_pinned_checkpoint(tmp_path):
+    """The page reads the checkpoint's record (``run["checkpoint"]``: its source file's sha256)
+    for the gate: the pinned file is compared, another one is not, named with its sha256."""
+    section = _fastpitch_page(tmp_path / "a", "7" * 64)
+    assert "Not set beside its" in section and "No published figures" in section
+    assert (
+        f"its checkpoint /ckpt/nvidia_fastpitch_200518.pt has sha256 {'7' * 64}, not the pinned "
+        f"{NGC_SHA256} (models.fastpitch.published_needs.checkpoint_sha256)"
+    ) in section
+    section = _fastpitch_page(tmp_path / "b", NGC_SHA256)
+    assert "Throughput ratio" in section and "Not set beside" not in section
+
+
+def test_fastpitch_rows_need_the_pinned_checkpoint_and_input_files():
+    """published_needs pins the files by sha256: another checkpoint or input file, or a pin left
+    null, keeps the rows apart, and the blocker names the file, its sha256 and the pinned one."""
+    from deploybench.report import publication_gate
+
+    config = validated(base_config())
+    needs = config["models"]["fastpitch"]["published_needs"]
+    assert needs["input_sha256"] == {"INPUT__0": DLE_INPUT_SHA256}
+    assert needs["checkpoint_sha256"] is None  # NGC publishes no checksum: not pinned
+    run = {"path": "fastpitch/A30/ts-trace/fp16", "preflight": []}
+    (blocker,) = publication_gate(config, run, dles_provenance())[0]
+    assert blocker == (
+        "its checkpoint is not pinned: /ckpt/nvidia_fastpitch_200518.pt (sha256 "
+        f"{NGC_SHA256}) is not known to be the one the published rows used (set "
+        "models.fastpitch.published_needs.checkpoint_sha256 to the sha256 of NGC's file)"
+    )
+    needs["checkpoint_sha256"] = NGC_SHA256
+    assert publication_gate(config, run, dles_provenance()) == ([], [])
+    other = "6" * 64
+    (blocker,) = publication_gate(config, run, dles_provenance(checkpoint_sha256=other))[0]
+    assert blocker == (
+        f"its checkpoint /ckpt/nvidia_fastpitch_200518.pt has sha256 {other}, not the pinned "
+        f"{NGC_SHA256} (models.fastpitch.published_needs.checkpoint_sha256)"
+    )
+    (blocker,) = publication_gate(config, run, dles_provenance(input_sha256=other))[0]
+    assert blocker.startswith(
+        f"its perf input is not DLE's: INPUT__0 (/data/fastpitch_input) has sha256 {other}, not "
+        f"the pinned {DLE_INPUT_SHA256} (models.fastpitch.published_needs.input_sha256.INPUT__0:"
+    )
+    # recorded before the workflow hashed them: not known to be the pinned files
+    older = dles_provenance()
+    del older["config"]["checkpoint_source"], older["config"]["inputs"]["raw_sha256"]
+    checkpoint, inputs = publication_gate(config, run, older)[0]
+    assert "has no sha256 recorded" in checkpoint and "rerun prepare_checkpoint" in checkpoint
+    assert inputs.startswith("its perf input INPUT__0 (/data/fastpitch_input) has no sha256")
+    # the input not pinned (null): any directory would pass, so it blocks
+    needs["input_sha256"] = None
+    (blocker,) = publication_gate(config, run, dles_provenance())[0]
+    assert blocker.startswith("its perf input is not pinned: /data/fastpitch_input is not known")

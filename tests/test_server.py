@@ -178,6 +178,85 @@ def test_the_server_runs_with_the_runs_environment(tmp_path, monkeypatch):
     assert seen.read_text() == "1\n"
 
 
+def test_the_provenance_holds_the_servers_environment_as_its_process_has_it(tmp_path, monkeypatch):
+    """A result's provenance records the server process's environment (its /proc/<pid>/environ
+    while it runs, else the Popen env it was started with), not the measuring job's: the run's
+    `server.environment` (here a plan's tf32_matmul), the variables that decide how it
+    computes, no other, and the TF32 state they make."""
+    from deploybench import plan as dbplan
+    from deploybench import provenance
+    from tests.test_plan import workflow_config
+
+    plan = dbplan.plan_run(workflow_config(), "bert", "A100", "ts-trace", "fp32")
+    planned = plan.spec("offline")["server"]["environment"]  # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1
+    fake = tmp_path / "tritonserver"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")  # runs until stopped, never ready
+    fake.chmod(0o755)
+    monkeypatch.setenv("DEPLOYBENCH_TRITONSERVER", str(fake))
+    for name, value in {
+        "CUDA_VISIBLE_DEVICES": "3",
+        "OMP_NUM_THREADS": "2",
+        "TF_ENABLE_ONEDNN_OPTS": "0",
+        "TORCH_HUB_TOKEN": "s3cret",  # a credential's name under a recorded prefix: left out
+        "DEPLOYBENCH_TEST_PASSWORD": "s3cret",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
+    server = srv.TritonServer(tmp_path / "repo", tmp_path / "server.log", environment=planned)
+    process = server._spawn(server.command())
+    try:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the job's, after: not the server's
+        running = provenance.server_environment(server)
+    finally:
+        server.stop()
+    assert running["source"] == f"/proc/{process.pid}/environ"
+    recorded = running["variables"]
+    assert recorded["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "1"
+    assert running["tf32"].startswith("cuBLAS TF32 allowed by TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1")
+    assert recorded["CUDA_VISIBLE_DEVICES"] == "3" and recorded["OMP_NUM_THREADS"] == "2"
+    assert recorded["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    # as the server got it (the venv's libpython first), not as this process has it
+    assert recorded["LD_LIBRARY_PATH"] == server.started_environment["LD_LIBRARY_PATH"]
+    assert "s3cret" not in str(running) and "HOME" not in recorded and "PATH" not in recorded
+    # stopped: the Popen env it was started with, the same variables
+    stopped = provenance.server_environment(server)
+    assert stopped["source"] == "the environment it was started with (Popen env)"
+    assert stopped["variables"] == recorded and stopped["tf32"] == running["tf32"]
+
+
+def test_the_tf32_state_of_a_servers_environment():
+    from deploybench.provenance import tf32_state
+
+    assert tf32_state({}).startswith("default")
+    # PyTorch's check_env: only "1" allows it
+    assert tf32_state({"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "0"}).startswith("default")
+    assert tf32_state({"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "true"}).startswith("default")
+    off = tf32_state({"NVIDIA_TF32_OVERRIDE": "0", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"})
+    assert off == (
+        "TF32 off in NVIDIA's libraries (cuBLAS, cuDNN) by NVIDIA_TF32_OVERRIDE=0, over "
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"
+    )
+
+
+def test_a_jobs_server_record_holds_its_environment(tmp_path):
+    """What the accuracy and perf jobs write as `tritonserver` in their provenance (and each
+    attempt's): the real server's metadata and its process's environment."""
+    from deploybench.jobs.measure import ready_server, served_by
+    from deploybench.serving_plan import TF32_MATMUL_ENV
+
+    repo = make_repository(tmp_path)
+    with ready_server(
+        str(repo), str(tmp_path / "server.log"), {"environment": TF32_MATMUL_ENV}
+    ) as s:
+        record = served_by(s)
+        pid = s.process.pid
+    assert record["name"] == "triton" and record["version"]
+    environment = record["environment"]
+    assert environment["source"] == f"/proc/{pid}/environ"
+    assert environment["variables"]["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "1"
+    assert environment["tf32"].startswith("cuBLAS TF32 allowed")
+
+
 # A job's server (deploybench.jobs.measure.ready_server) signalled while it starts: in the readiness wait
 # (its model loads slowly) and as the engine lock is released once it is ready (the lock is
 # wrapped to pause there). The job reports where it is on stdout, then waits for the signal.

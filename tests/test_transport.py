@@ -307,6 +307,11 @@ class FakeServer:
     def check_alive(self) -> None:
         pass
 
+    environment: dict[str, str] = {}  # noqa: RUF012 - the run's `server.environment`: none
+
+    def process_environment(self) -> tuple[dict[str, str], str]:
+        return {}, "the stand-in's (no process)"
+
 
 def fake_job(monkeypatch, shm_dir: Path) -> list[dict[str, Any]]:
     """The perf job with its server, client and perf_analyzer stood in; returns the calls to

@@ -6,7 +6,8 @@ import math
 import pytest
 
 from deploybench import columns, perf, stats
-from tests.test_units import measure, stand_in
+from tests.perf_standin import PROFILE_EXPORT
+from tests.test_units import PA_CSV, TIME_WINDOWS, _fake_perf_analyzer, measure, stand_in
 
 # --------------------------------------------------------------------------- the arithmetic
 
@@ -108,6 +109,60 @@ def test_unstable_retries_stay_within_the_cap(tmp_path, monkeypatch):
     # capped at 255 a window: retries cannot add requests; the last try runs without the check
     assert calls.read_text().split("\n")[:-1] == ["255 ", "255 ", "255 ", "255 1000"]
     assert row["stable"] is False and row["duration_capped"] is True and row["attempts"] == 4
+
+
+def test_the_requests_a_window_holds():
+    """One estimate for the export's budget and a job's memory: time windows hold the rate x
+    the interval (not known without a rate), count windows the count or a second's worth."""
+    timed = perf.MeasureSettings(
+        request_count=50, measurement_interval_ms=10000, measurement_mode="time_windows"
+    )
+    assert timed.requests_held(255.716, 50) == 2558  # not the 50 asked for
+    assert timed.requests_held(255.716, 50, windows_of=2) == 5115  # the warm-up's windows
+    assert timed.requests_held(None, 50) is None and timed.requests_held(0.0, 50) is None
+    counted = perf.MeasureSettings(request_count=50)
+    assert counted.requests_held(None, 50) == 50 and counted.requests_held(10.0, 50) == 50
+    assert counted.requests_held(255.716, 50) == 256  # a window lasts a second at least
+
+
+def test_a_time_windows_export_is_budgeted_at_the_rate_x_the_interval(
+    tmp_path, monkeypatch, caplog
+):
+    """10 s windows at the stand-in's 255.716 requests/s hold 2558 requests, not the 50 of
+    request_count: 10,000 values each over 10 windows is 3 GB of JSON, so not asked for."""
+    calls = tmp_path / "calls"
+    _fake_perf_analyzer(
+        tmp_path, monkeypatch, TIME_WINDOWS.format(calls=calls, csv=PA_CSV, export=PROFILE_EXPORT)
+    )
+    settings = perf.MeasureSettings(
+        request_count=50, measurement_interval_ms=10000, measurement_mode="time_windows"
+    )
+    big = perf.ExportSize(tensors_recorded=True, input_values=9000, output_values=1000)
+
+    def measured(size, **options):
+        calls.write_text("")
+        caplog.clear()
+        row = measure(tmp_path, settings, export_size=size, **options)
+        last = calls.read_text().splitlines()[-1]  # the measuring attempt
+        return row, "--profile-export-file" in last.split(), caplog.text
+
+    # the warm-up measured the rate: the export's estimate is for 2558 requests a window
+    row, exported, log = measured(big)
+    assert not exported and row["tail_requests"] is None
+    assert "10 windows of 2558 requests" in log and "not asked for" in log
+    # small tensors at that rate fit the budget: asked for, the trial has its tails
+    row, exported, _ = measured(perf.ExportSize(True, 10, 1))
+    assert exported and row["tail_requests"] == 120
+    # the rate of a previous trial decides it too: at 1 request/s a window holds 10
+    row, exported, _ = measured(big, warm_up=False, rate=1.0)
+    assert exported and row["tail_requests"] == 120
+    # no rate known (no warm-up, no earlier trial): the size is not known, so not asked for
+    row, exported, log = measured(big, warm_up=False)
+    assert not exported and row["tail_requests"] is None
+    assert "rate not measured yet" in log and "not asked for" in log
+    # a perf_analyzer that records no tensors is always asked for it
+    row, exported, _ = measured(perf.TIMESTAMPS_ONLY, warm_up=False)
+    assert exported and row["tail_requests"] == 120
 
 
 # ---------------------------------------------------------------------- trials and the summary

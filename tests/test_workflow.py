@@ -140,6 +140,10 @@ def test_results_have_provenance(workdir):
         assert prov["config"]["backend"] == "python" and prov["config"]["runtime"] == "onnxruntime"
         assert prov["software"]["torch"].startswith("2.13")
         assert prov["tritonserver"]["version"]
+        # the server process's own environment and the TF32 state it makes (no override here)
+        server_environment = prov["tritonserver"]["environment"]
+        assert server_environment["source"].startswith("/proc/")
+        assert server_environment["tf32"].startswith("default")
         assert prov["host"]["cpu_count"] >= 1 and prov["container"]["runtime"] == "native venv"
         # the source tree's commit, though the working directory is no checkout
         assert prov["git"] == provenance.git_state(REPO)

@@ -26,13 +26,16 @@ log = logging.getLogger("deploybench")
 
 
 def make_checkpoint(spec: CheckpointSpec, *, checkpoint: str, provenance: str) -> None:
-    from ..checkpoint import prepare_model_checkpoint  # torch: imported by the jobs that need it
+    # torch: imported by the jobs that need it
+    from ..checkpoint import prepare_model_checkpoint, source_digest
 
     model = spec["model"]
     family = load_family(model["module"], model["hparams"])
     origin = prepare_model_checkpoint(family, model, checkpoint)
     log.info("checkpoint %s from %s", checkpoint, origin)
-    write_json(provenance, sidecar.collect(checkpoint, dict(model), origin=origin))
+    # source: the configured file and its sha256 (the report's publication gate compares it)
+    source = source_digest(model.get("checkpoint"))
+    write_json(provenance, sidecar.collect(checkpoint, dict(model), origin=origin, source=source))
 
 
 # What an export says it does, per export format (a progress line).

@@ -54,6 +54,14 @@ def ready_server(repo: str, server_log: str, server_settings: dict[str, Any]) ->
         server.stop()
 
 
+def served_by(server: Any) -> dict[str, Any]:
+    """What a result's provenance (``tritonserver``; a measurement's attempts too) says of the
+    server that answered: its ``/v2`` metadata and binary, and its process's environment as it
+    was given, with the TF32 state it makes (provenance.server_environment), read while it
+    runs."""
+    return server.metadata() | {"environment": sidecar.server_environment(server)}
+
+
 @contextlib.contextmanager
 def energy_meter(settings: dict[str, Any]) -> Iterator[tuple[Any, str]]:
     """The run's energy meter, open while its trials are measured, and its status: the
@@ -131,7 +139,7 @@ def accuracy(
     progress.say("accuracy %s: starting tritonserver (%s) …", run["path"], repository)
     with graceful_signals(), ready_server(repository, server_log, spec["server"]) as server:
         served = infer_triton(server.http_url, model_name, feeds, list(reference), timeout_s)
-        server_info = server.metadata()
+        server_info = served_by(server)
         # each row also holds the model's own quantities (arg-max flips, moved durations)
         rows = compare_outputs(reference, served, settings["tolerance"], batch, family)
         for row in rows:
@@ -235,6 +243,7 @@ def perf(
         measure_point,
         measure_trials,
         output_bytes_per_sample,
+        raw_sha256,
         read_input_files,
         shared_memory_guard,
         summarize,
@@ -292,7 +301,7 @@ def perf(
             contextlib.ExitStack() as stack,
         ):
             meter, status = stack.enter_context(energy_meter(energy_settings))
-            server_info = server.metadata()
+            server_info = served_by(server)
             # perf_analyzer gets the inputs the served model takes (a native backend serves
             # the artifact's own inputs; see served_feeds).
             feeds = served_feeds(sample, served_inputs(server.http_url, model_name, timeout_s))
@@ -425,6 +434,9 @@ def perf(
             "source": input_source,
             "sha256": inputs_digest(sample),
             "files": spec.get("input_data"),
+            # each input's bytes, as DLE's raw files hold them: what
+            # models.<m>.published_needs.input_sha256 pins (deploybench.report)
+            "raw_sha256": raw_sha256(sample),
         },
         **run,
     }

@@ -56,6 +56,7 @@ def report(
     import pandas as pd
 
     from .. import plots as charts
+    from ..plan import plan_run
     from ..report import (
         between_runs_section,
         chart_image,
@@ -90,6 +91,9 @@ def report(
         conversion = run.get("conversion")
         if conversion:  # the artifact's conversion record (TF-TRT: its engines)
             provenance["conversion"] = read_json(conversion).get("conversion")
+        checkpoint = run.get("checkpoint")
+        if checkpoint:  # the configured checkpoint's file and sha256 (publication_gate)
+            provenance["config"]["checkpoint_source"] = read_json(checkpoint).get("source")
         sections.append(run_section(run["path"], offline, online, provenance, plots))
         if run["search"]:
             search = run["search"]
@@ -112,7 +116,9 @@ def report(
             matched = matched.iloc[:0]
         elif not matched.empty and passed:
             notes[run["path"]].append(f"Preflight passed: {', '.join(passed)}.")
-        comparisons[run["path"]] = ratios(measured[run["path"]], matched)
+        # the run's measurement settings: how many requests DLE's runner's p99 came from
+        measure = plan_run(config, *run["path"].split("/")).measure if not matched.empty else None
+        comparisons[run["path"]] = ratios(measured[run["path"]], matched, measure)
         # nothing published for it (a CPU run): which rows its published charts show instead
         instead = reference_note(config, reference, run["path"])
         notes[run["path"]] += [instead] if instead else []

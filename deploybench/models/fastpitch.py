@@ -33,6 +33,7 @@ durations.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -452,11 +453,46 @@ class FastPitchServing(nn.Module):
 # --- text, data set and metric -----------------------------------------------------------------
 
 
+# DLE's english_cleaners abbreviations, in its order (afe00719
+# common/text/abbreviations.py ``_abbreviations``: ``\b<abbr>\.``, case-insensitive).
+ABBREVIATIONS = [
+    (re.compile(rf"\b{abbreviation}\.", re.IGNORECASE), word)
+    for abbreviation, word in (
+        ("mrs", "misess"),
+        ("ms", "miss"),
+        ("mr", "mister"),
+        ("dr", "doctor"),
+        ("st", "saint"),
+        ("co", "company"),
+        ("jr", "junior"),
+        ("maj", "major"),
+        ("gen", "general"),
+        ("drs", "doctors"),
+        ("rev", "reverend"),
+        ("lt", "lieutenant"),
+        ("hon", "honorable"),
+        ("sgt", "sergeant"),
+        ("capt", "captain"),
+        ("esq", "esquire"),
+        ("ltd", "limited"),
+        ("col", "colonel"),
+        ("ft", "fort"),
+        ("sen", "senator"),
+    )
+]
+
+
 def text_to_ids(text: str) -> list[int]:
-    """English text → ``english_basic`` symbol ids: lowercase, collapse whitespace, drop
-    characters outside the set. DLE's ``english_cleaners`` also spell out numbers and
-    abbreviations and its loader maps words to ARPAbet via CMUdict; neither is done here."""
+    """English text → ``english_basic`` symbol ids as DLE's FastPitch 1.0 loader encodes
+    letters (afe00719: ``TextProcessing('english_basic', ['english_cleaners'])``, no
+    ARPAbet): lowercase, expand the abbreviations (``ABBREVIATIONS``, "Mrs." → "misess"),
+    collapse whitespace, drop characters outside the set. For ASCII text without digits, ``%``
+    or braces this is DLE's sequence (LJ045-0096 included). Not done: ``english_cleaners``'
+    transliteration to ASCII (unidecode), its number and currency expansion (inflect) and
+    ``%`` → "percent"; DLE's ``{…}`` ARPAbet and a literal ``_`` (the pad, dropped here)."""
     cleaned = " ".join(text.lower().split())
+    for pattern, word in ABBREVIATIONS:
+        cleaned = pattern.sub(word, cleaned)
     return [SYMBOL_ID[c] for c in cleaned if c in SYMBOL_ID and c != PAD]
 
 
@@ -742,11 +778,12 @@ class FastPitchFamily(TorchFamily):
         if not dataset:
             return (
                 f"seeded letters, spaces and punctuation filling {length} symbols (seed {seed}); "
-                "DLE sent LJ045-0096 in ARPAbet"
+                "DLE sent LJ045-0096 as letters (english_cleaners) tiled to 128"
             )
         return (
             f"the first utterance of {find_filelist(Path(dataset))} as letters (english_basic, "
-            f"no ARPAbet), tiled to {length} symbols; DLE sent it in ARPAbet"
+            f"english_cleaners' abbreviations, no number expansion), tiled to {length} symbols, "
+            "as DLE's FastPitch 1.0 perf input (LJ045-0096)"
         )
 
     def accuracy_quantities(
