@@ -5,10 +5,11 @@ A trial's outputs are a mapping source → that tool's output (perf_analyzer's: 
 ``--verbose-csv`` file and its stdout, :class:`PerfAnalyzerOutput`). :func:`collect_trial` runs
 each source's collector over the columns it sources; :func:`derived_values` then computes the
 derived columns from the whole trial. Beside perf_analyzer: its per-request export
-(``profile_export``: :mod:`deploybench.tails`) and the energy meter (``energy``: NVML or RAPL
-read by :mod:`deploybench.telemetry`'s sampler). A new tool is a function here registered
-with ``@collector("<source>")``, its output added to the trial's outputs where the trial is
-measured (``perf.measure_point``), and a :class:`Column` entry per value.
+(``profile_export``: :mod:`deploybench.tails`), the energy meter (``energy``: NVML or RAPL
+read by :mod:`deploybench.telemetry`'s sampler) and Triton's own energy counter
+(``triton_metrics``: :mod:`deploybench.triton_metrics`). A new tool is a function here
+registered with ``@collector("<source>")``, its output added to the trial's outputs where the
+trial is measured (``perf.measure_point``), and a :class:`Column` entry per value.
 """
 
 from __future__ import annotations
@@ -223,6 +224,35 @@ def energy_values(output: EnergyOutput) -> dict[str, Any]:
 def energy(output: EnergyOutput, columns: Sequence[Column]) -> dict[str, Any]:
     """The energy columns of a trial (:func:`energy_values`; a column's ``key`` names one)."""
     values = energy_values(output)
+    return {c.name: values.get(str(c.key)) for c in columns}
+
+
+# --- a second meter: Triton's nv_energy_consumption ------------------------------------------
+
+TRITON_METRICS = "triton_metrics"
+
+
+@dataclass(frozen=True)
+class TritonMetricsOutput:
+    """A trial's energy by Triton's own counter (deploybench.triton_metrics.trial_energy) over
+    the same windows as the energy meter's, and the inferences they completed; None: not
+    measured, ``status`` says why."""
+
+    status: str
+    energy_j: float | None
+    inferences: int
+
+
+@collector(TRITON_METRICS)
+def triton_metrics(output: TritonMetricsOutput, columns: Sequence[Column]) -> dict[str, Any]:
+    """Joules per inference by Triton's counter and its status (a column's ``key`` names one)."""
+    per_inference = None
+    if output.energy_j is not None and output.inferences > 0:
+        per_inference = as_written(output.energy_j / output.inferences)
+    values = {
+        "energy_per_inference_triton_j": per_inference,
+        "triton_energy_status": output.status,
+    }
     return {c.name: values.get(str(c.key)) for c in columns}
 
 

@@ -116,10 +116,12 @@ def _trial_seconds(trial: Mapping[str, Any]) -> float | None:
     return None if seconds is None else round(seconds, 3)
 
 
-# The tail percentile whose backing the pooled columns judge, and the confidence of its bound
-# (MLPerf's early stopping: deploybench.tails).
+# The tail percentile whose backing the pooled columns judge, and the confidence loadgen's
+# early-stopping rule is run at (deploybench.tails: its SingleStream estimate, whose confidence
+# assumes independent one-at-a-time queries, which concurrent and pooled requests are not).
 TAIL_PERCENTILE = 0.99
 TAIL_CONFIDENCE = 0.99
+P99_ESTIMATE_LABEL = "p99 early-stopping estimate (ms)"
 
 
 def _pooled_latencies(trials: Sequence[Mapping[str, Any]]) -> list[float] | None:
@@ -259,8 +261,10 @@ DEFINED: tuple[Column, ...] = (
     Column("tail_requests", "measurement", "profile_export", "requests", kind="int",
            aggregate="sum"),
     Column("p99_pooled_ms", "quantile", aggregate="pooled", pool=_p99_pooled, in_trials=False),
+    # loadgen's SingleStream early-stopping estimate of the p99 over the pooled requests (the
+    # name is older than the label: not a 99 % confidence bound where requests overlap)
     Column("p99_bound_ms", "quantile", aggregate="pooled", pool=_p99_bound, in_trials=False,
-           table_label="p99 bound (ms)"),
+           table_label=P99_ESTIMATE_LABEL),
     Column("tail_note", "measurement", kind="str", aggregate="pooled", pool=_tail_note,
            in_trials=False),
     # Energy over the trial's measured windows, from the meter's counter at their two ends;
@@ -284,6 +288,13 @@ DEFINED: tuple[Column, ...] = (
     _energy("throttle_reasons", "union", kind="str"),
     # the meter ("nvml", "rapl") or "not measured: <why>"; a point: its trials' distinct ones
     _energy("energy_status", "union", kind="str"),
+    # A second meter where the server has one: Triton's own nv_energy_consumption (its metrics
+    # endpoint, DCGM's counter) over the same windows, so a GPU run shows whether two meters
+    # agree; empty on a CPU server, and its status says why (deploybench.triton_metrics).
+    Column("energy_per_inference_triton_j", "metric", "triton_metrics",
+           "energy_per_inference_triton_j", aggregate="mean"),
+    Column("triton_energy_status", "metric", "triton_metrics", "triton_energy_status",
+           kind="str", aggregate="union"),
     # (the 95 % half-widths of throughput and each quantile stand here; empty with one trial)
     Column("trials", "measurement", kind="int", aggregate="count", in_trials=False,
            table_label="Trials"),

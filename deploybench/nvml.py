@@ -20,7 +20,9 @@ from .errors import DeploybenchError
 SUCCESS = 0
 ERROR_UNINITIALIZED = 1
 ERROR_NOT_SUPPORTED = 3
+ERROR_NO_PERMISSION = 4  # "The current user does not have permission for operation"
 ERROR_NOT_FOUND = 6
+ERROR_INSUFFICIENT_SIZE = 7
 ERROR_FUNCTION_NOT_FOUND = 13
 ERROR_DEPRECATED = 26
 # answers that mean "this driver or GPU has no such value": read as None
@@ -54,6 +56,27 @@ class Memory(ctypes.Structure):
         ("free", ctypes.c_ulonglong),
         ("used", ctypes.c_ulonglong),
     ]
+
+
+class ProcessInfo(ctypes.Structure):
+    """nvmlProcessInfo_t, which nvml.h defines as ``nvmlProcessInfo_v2_st`` (the struct
+    ``nvmlDeviceGetComputeRunningProcesses_v3`` and ``_v2`` fill; ``_v1`` has the first two
+    fields only). The instance ids are 0xFFFFFFFF outside MIG."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+# nvml.h maps nvmlDeviceGetComputeRunningProcesses to _v3; _v2, which older drivers export in
+# its place, takes the same struct. The unversioned symbol takes nvmlProcessInfo_v1_t: not bound.
+COMPUTE_PROCESSES_CALLS = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+)
 
 
 class NvmlError(DeploybenchError, RuntimeError):
@@ -141,7 +164,9 @@ class Nvml:
         return device
 
     def handle_by_uuid(self, uuid: str) -> Device | None:
-        """The GPU of ``uuid`` (``GPU-...``, in full), or None where NVML has none."""
+        """The GPU or MIG device of ``uuid`` (``GPU-...`` or ``MIG-...``, in full), or None where
+        NVML has none; NvmlError for another failure (``ERROR_NO_PERMISSION``: a GPU this job's
+        cgroup does not let it open)."""
         device = Device()
         try:
             found = self._call("nvmlDeviceGetHandleByUUID", uuid.encode(), ctypes.byref(device))
@@ -216,3 +241,29 @@ class Nvml:
         ):
             return None
         return current.value == DEVICE_MIG_ENABLE
+
+    def compute_processes(self, device: Device) -> list[int] | None:
+        """The pids of the processes with a compute context on ``device`` (CUDA programs, an
+        MPS server), as the driver numbers them (the host's PID namespace); None where this
+        driver cannot list them. nvml.h: call with ``*infoCount`` = 0 for the count
+        (``NVML_ERROR_INSUFFICIENT_SIZE``, or success when none run); the list may grow
+        between the calls, so a short buffer is retried."""
+        for name in COMPUTE_PROCESSES_CALLS:
+            function = self._function(name)
+            if function is None:
+                continue
+            size = 8
+            for _ in range(4):
+                count = ctypes.c_uint(size)
+                infos = (ProcessInfo * size)()
+                code = int(function(device, ctypes.byref(count), infos))
+                if code == SUCCESS:
+                    return [int(infos[i].pid) for i in range(min(count.value, size))]
+                if code == ERROR_INSUFFICIENT_SIZE:
+                    size = max(size * 2, count.value + 8)
+                    continue
+                if code in ABSENT:
+                    return None
+                raise NvmlError(name, code, self.error_string(code))
+            raise NvmlError(name, ERROR_INSUFFICIENT_SIZE, "the process list kept growing")
+        return None

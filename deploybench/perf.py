@@ -52,8 +52,10 @@ from .collectors import (
     ENERGY,
     PERF_ANALYZER,
     PROFILE_EXPORT,
+    TRITON_METRICS,
     EnergyOutput,
     PerfAnalyzerOutput,
+    TritonMetricsOutput,
     collect_trial,
     derived_values,
 )
@@ -76,6 +78,7 @@ from .transport import Transport
 
 if TYPE_CHECKING:
     from .telemetry import Meter
+    from .triton_metrics import TritonEnergy
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +164,19 @@ class MeasureSettings:
 class TrialEnergy:
     """How a scenario's trials measure energy: its meter (None: not measured, ``status`` says
     why), read every ``interval_s`` by a sampler thread in this process while perf_analyzer
-    measures, and the idle power measured before the first trial (None: not measured)."""
+    measures, and the idle power measured before the first trial (None: not measured).
+    ``triton``: the second meter, Triton's own energy counter, polled beside it where the
+    server has one (deploybench.triton_metrics; None: not read)."""
 
     status: str  # the meter's name, or "not measured: <why>"
     meter: Meter | None = None
     interval_s: float = 0.1
     idle_power_w: float | None = None
     power_limit_w: float | None = None
+    triton: TritonEnergy | None = None
+    # how often the meter's counter updates (s), measured once per job; a window shorter than
+    # telemetry.MIN_COUNTER_PERIODS of it is not measured (telemetry.window_refusal)
+    counter_period_s: float | None = None
 
 
 NOT_MEASURED = TrialEnergy("not measured: no energy meter configured")
@@ -457,13 +466,15 @@ def measure_point(
     interval; where no warm-up or earlier trial measured the rate, an export that records
     tensors is not asked for either (its size is not known)."""
     from .tails import export_too_costly, read_profile_export
-    from .telemetry import Sampler, window
+    from .telemetry import Sampler, window, window_refusal
+    from .triton_metrics import Poller, trial_energy
 
     with tempfile.TemporaryDirectory(prefix="deploybench-pa-") as tmp:
         result_csv = Path(tmp) / "point.csv"
         export = Path(tmp) / "requests.json"
         samples: list[Any] = []
         skipped: list[str] = []  # why the last measuring attempt asked for no export
+        polled: list[Poller] = []  # the last measuring attempt's readings of Triton's counter
 
         def attempt(
             requests: int, stability: str | None, windows_of: int = 1, measuring: bool = True
@@ -506,9 +517,16 @@ def measure_point(
                 if exporting and energy.meter is not None
                 else contextlib.nullcontext()
             )
-            with sampling as sampler:
+            triton = energy.triton
+            polling = (
+                Poller(triton)
+                if exporting and triton is not None and triton.url is not None
+                else contextlib.nullcontext()
+            )
+            with sampling as sampler, polling as poller:
                 code, out = run_perf_analyzer(cmd, settings.timeout_s, log_file)
             samples[:] = sampler.samples if sampler is not None else []
+            polled[:] = [poller] if poller is not None else []
             if code != 0 and UNSTABLE_MARKER not in out:
                 check_server()  # a dead server explains the failure best
                 raise PerfError(f"perf_analyzer failed (exit {code}) at {point}:\n{out[-2000:]}")
@@ -554,12 +572,27 @@ def measure_point(
                 if samples and measured is not None
                 else None
             )
+            # a co-tenant on the GPU, a counter that did not advance, a window too short for
+            # the counter's steps: no energy, and the status says why
+            refused = window_refusal(telemetry, energy.counter_period_s) if telemetry else None
+            if refused:
+                log.warning("%s: energy not measured: %s", point, refused)
+                telemetry = None
             if skipped:
                 log.warning("%s: %s", point, skipped[0])
             status = (
                 f"not measured: {skipped[0]}"
                 if skipped and energy.meter is not None
+                else f"not measured: {refused}"
+                if refused
                 else energy.status
+            )
+            inferences = measured.requests * point.batch if measured is not None else 0
+            triton_j, triton_status = trial_energy(
+                energy.triton,
+                polled[0] if polled else None,
+                (measured.start_ns, measured.end_ns) if measured is not None else None,
+                skipped[0] if skipped else None,
             )
             values = collect_trial(
                 {
@@ -568,10 +601,11 @@ def measure_point(
                     ENERGY: EnergyOutput(
                         status,
                         telemetry,
-                        measured.requests * point.batch if measured is not None else 0,
+                        inferences,
                         energy.idle_power_w,
                         energy.power_limit_w,
                     ),
+                    TRITON_METRICS: TritonMetricsOutput(triton_status, triton_j, inferences),
                 }
             )
             seconds = measured_seconds(values, point.batch)

@@ -518,7 +518,7 @@ def chart_image(png: str, alt: str | None = None) -> str:
 # The energy meter's columns: a point without them says "not measured" in their cells.
 ENERGY_COLUMNS = frozenset(c.name for c in PERF_COLUMNS if c.source == "energy")
 NOT_MEASURED = "not measured"
-# The p99 a point's tail_note (too few requests for a bound) is marked in, and the mark.
+# The p99 a point's tail_note (too few requests for an estimate) is marked in, and the mark.
 TAIL_MARKED = "p99_latency_ms"
 TAIL_MARK = "†"
 # What each meter's counter measures (a measured point's energy_status).
@@ -531,7 +531,9 @@ METERS = {
 def results_table(frame: pd.DataFrame) -> str:
     """A scenario's points as the seed pages' table (``columns.TABLE_LABELS``), each value with
     its 95 % interval; an energy cell a point has no value of says "not measured"; a p99 whose
-    tail rests on too few requests (its ``tail_note``) is marked "†", said under the table."""
+    tail rests on too few requests (its ``tail_note``) is marked "†", said under the table,
+    after what the p99 early-stopping estimate is and which of its assumptions the table's
+    points break (:func:`estimate_footnote`)."""
     rows = frame.copy()
     for column in ENERGY_COLUMNS & set(TABLE_LABELS) & set(rows.columns):
         rows[column] = rows[column].astype(object).where(rows[column].notna(), NOT_MEASURED)
@@ -543,8 +545,50 @@ def results_table(frame: pd.DataFrame) -> str:
             for v, h, note in zip(rows[TAIL_MARKED], half, notes, strict=True)
         ]
     parts = [markdown_table(rows, TABLE_LABELS)]
-    footnote = tail_footnote(frame)
-    return "\n\n".join([*parts, footnote] if footnote else parts)
+    notes_below = [estimate_footnote(frame), tail_footnote(frame)]
+    return "\n\n".join([*parts, *(n for n in notes_below if n)])
+
+
+# The pooled p99's early-stopping estimate (deploybench.tails.early_stopping_bound).
+ESTIMATED = "p99_bound_ms"
+
+
+def _largest(frame: pd.DataFrame, column: str) -> int:
+    """The largest whole number in ``column`` (1 where it has none)."""
+    if column not in frame.columns:
+        return 1
+    numbers = pd.to_numeric(frame[column], errors="coerce").dropna()
+    return int(numbers.max()) if len(numbers) else 1
+
+
+def estimate_footnote(frame: pd.DataFrame) -> str | None:
+    """What the p99 early-stopping estimate is and, for this table's points, whether the
+    assumption behind its confidence holds (independent queries, one at a time); None where
+    the table has no estimate."""
+    if ESTIMATED not in frame.columns:
+        return None
+    if not pd.to_numeric(frame[ESTIMATED], errors="coerce").notna().any():
+        return None
+    concurrency, trials = _largest(frame, "concurrency"), _largest(frame, "trials")
+    text = (
+        f"{TABLE_LABELS[ESTIMATED]}: MLPerf loadgen's SingleStream early-stopping estimate "
+        "of the p99 at 99 % confidence (mlcommons/inference loadgen/early_stopping.cc, "
+        "results.cc) over the requests of a point's trials pooled. That confidence assumes "
+        "independent queries issued one at a time"
+    )
+    why = []
+    if concurrency > 1:
+        why.append(
+            f"run at concurrency up to {concurrency} (requests overlap and queue behind each other)"
+        )
+    if trials > 1:
+        why.append(f"pool up to {trials} trials")
+    if not why:
+        return text + "; here requests are one at a time, their independence assumed."
+    return (
+        f"{text}; these points {' and '.join(why)}, so it is that rule's estimate, not a "
+        "99 % confidence bound."
+    )
 
 
 def _notes(frame: pd.DataFrame) -> pd.Series:
@@ -565,8 +609,8 @@ def tail_footnote(frame: pd.DataFrame) -> str | None:
         if note
     ]
     return (
-        f"{TAIL_MARK} p99 from too few requests for MLPerf's early-stopping bound at 99 % "
-        "confidence (the p99 bound column is empty there): " + "; ".join(said) + "."
+        f"{TAIL_MARK} p99 from fewer requests than loadgen's early-stopping estimate needs "
+        f"(its column, {TABLE_LABELS[ESTIMATED]}, is empty there): " + "; ".join(said) + "."
     )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2
 
 from .convert import shape_arg, tensorrt_profile
+from .gpu_identity import SERVER_GPUS
 from .tensors import TensorSpec
 from .triton_config import build_model_config, read_config, to_pbtxt, warmup_sample
 
@@ -113,6 +114,8 @@ def model_config(
         outputs=outputs,
         instance_count=int(triton["model_instances"]),
         instance_kind="KIND_CPU" if device == "cpu" else "KIND_GPU",
+        # on a GPU: the run's GPU, which its energy meter reads (gpu_identity.SERVER_GPUS)
+        gpus=() if device == "cpu" else SERVER_GPUS,
         preferred_batch_sizes=[int(b) for b in triton["preferred_batch_sizes"]],
         max_queue_delay_us=int(triton["max_queue_delay_us"]),
         **served,

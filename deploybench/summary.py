@@ -5,8 +5,8 @@ For a run directory (``results/<model>/<gpu>/<format>/<precision>``): the run, w
 verdict (``accuracy.csv``, ``task.csv``), a row per measured point of each scenario whose CSV
 exists (throughput ± the half-width of its 95 % interval, p99 latency, joules per inference ±
 its interval, stable or why not; what measured the energy, or why nothing did, once per
-scenario; a p99 backed by too few requests for a bound marked "†" and said once below), then
-the paths of the run's CSVs, charts (``<run>/plots/``) and report pages
+scenario; a p99 backed by too few requests for an early-stopping estimate marked "†" and said
+once below), then the paths of the run's CSVs, charts (``<run>/plots/``) and report pages
 (``reports/<set>/<model>.html`` in the workdir) that exist, or how to make them.
 
 Standard library only: it reads CSVs as text, so it answers at once. A scenario whose job was
@@ -291,7 +291,8 @@ def _not_measured(row: dict[str, str]) -> str:
 
 def tail_footnote(rows: Sequence[dict[str, str]]) -> str | None:
     """Once per scenario, what the "†" of its marked p99s means: each point's tail_note ("too
-    few requests for a p99 bound: 120 of 662"), the words they share said once."""
+    few requests for an early-stopping p99 estimate: 120 of 662"), the words they share said
+    once."""
     noted = [r for r in rows if r.get("tail_note")]
     if not noted:
         return None

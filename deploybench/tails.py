@@ -4,15 +4,24 @@ perf_analyzer (tritonclient 2.41 = triton-inference-server/client r23.12) report
 the last ``stability_window`` (3) measurement windows it merged. ``--profile-export-file``
 writes every request of every window it measured, so a point's p99 can be pooled over all its
 trials, and MLPerf's early stopping (mlcommons/inference loadgen) says whether a pool is large
-enough to back a p99 at all, and which latency it backs at 99 % confidence.
+enough for an estimate of the p99 at all, and which latency its SingleStream rule estimates.
+
+That rule is a binomial test: it holds for queries whose latencies are independent, as in
+loadgen's SingleStream scenario, where "the next query is only issued once the previous one has
+completed" (loadgen/test_settings.h; early_stopping.cc: "the binomial distribution is the
+discrete probability distribution for independent boolean experiments"). An online point runs at
+a concurrency up to 256, where requests overlap and queue behind each other, and a point's
+trials are pooled: there the assumption does not hold, and the estimate is loadgen's rule
+applied, not a 99 % confidence bound.
 
 Sources, read at these revisions:
 
 * client r23.12 (5e60cb5), src/c++/perf_analyzer/: profile_data_exporter.cc (the file's
   format), profile_data_collector.cc (AddWindow: the boundaries), inference_profiler.cc
   (ValidLatencyMeasurement: which requests a window counts; SummarizeLatency: percentiles).
-* mlcommons/inference (b66003e), loadgen/early_stopping.cc (odds, find_min_passing) and
-  loadgen/results.cc (PerformanceSummary::EarlyStopping, SingleStream branch).
+* mlcommons/inference (b66003e), loadgen/early_stopping.cc (odds, find_min_passing; the
+  binomial model, :48-49), loadgen/results.cc (PerformanceSummary::EarlyStopping, SingleStream
+  branch) and loadgen/test_settings.h (TestScenario: SingleStream, one query at a time).
 """
 
 from __future__ import annotations
@@ -217,9 +226,12 @@ def min_requests(percentile: float = 0.99, confidence: float = 0.99) -> int:
 def early_stopping_bound(
     sorted_ms: Sequence[float], percentile: float = 0.99, confidence: float = 0.99
 ) -> TailBound:
-    """MLPerf's early-stopping estimate of ``percentile`` at ``confidence`` (tolerance 0) over
-    ascending ``sorted_ms``: the t-th highest latency, t the most over-latency queries the
-    count still allows (see above); None with fewer than :func:`min_requests` latencies."""
+    """MLPerf loadgen's SingleStream early-stopping estimate of ``percentile`` at ``confidence``
+    (tolerance 0) over ascending ``sorted_ms``: the t-th highest latency, t the most
+    over-latency queries the count still allows (see above); None with fewer than
+    :func:`min_requests` latencies. Its confidence assumes independent latencies, queries issued
+    one at a time (the module's docstring): over concurrent or pooled requests it is the rule's
+    estimate, not a bound at that confidence."""
     _check_levels(percentile, confidence)
     n = len(sorted_ms)
     needed = min_requests(percentile, confidence)
@@ -230,12 +242,15 @@ def early_stopping_bound(
 
 
 def tail_note(bound: TailBound) -> str:
-    """ "" where the bound has an estimate, else why not ("too few requests for a p99 bound:
-    120 of 662")."""
+    """ "" where the bound has an estimate, else why not ("too few requests for an
+    early-stopping p99 estimate: 120 of 662")."""
     if bound.estimate_ms is not None:
         return ""
     name = f"p{round(bound.percentile * 100, 6):g}"
-    return f"too few requests for a {name} bound: {bound.requests} of {bound.needed}"
+    return (
+        f"too few requests for an early-stopping {name} estimate: "
+        f"{bound.requests} of {bound.needed}"
+    )
 
 
 # --- what the export costs ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -28,10 +28,13 @@ from .errors import ConfigError, DeploybenchError
 if TYPE_CHECKING:  # 3.11: jobs run on the V100 images' Python 3.10 too
     from typing_extensions import Self
 
+    from .gpu_identity import ServerGpus
+
 log = logging.getLogger(__name__)
 
 METERS = ("nvml", "rapl", "none")
-GPU_ENV = "DEPLOYBENCH_NVML_GPU"  # a UUID or an NVML index: which GPU the NVML meter reads
+# UUIDs or NVML indices, comma-separated: the GPUs the NVML meter reads, named outright
+GPU_ENV = "DEPLOYBENCH_NVML_GPU"
 NO_ENERGY_COUNTER = "NVML: the GPU has no total-energy counter (Volta and later have one)"
 MIG_INSTANCE = "MIG instance: NVML's energy counter is the whole GPU's, shared with other instances"
 
@@ -75,12 +78,29 @@ class Sample:
     gpu_util_pct: float | None = None
     memory_used_mib: float | None = None
     throttle_reasons: int | None = None  # NVML clocks-event-reasons bitmask
+    # processes of no one in this job computing on a metered GPU ("pid 4242 (python3) on
+    # GPU-..."); None where the meter cannot list them
+    sharing: tuple[str, ...] | None = None
+
+
+# The counter's update period, measured once per job (Meter.measure_counter_period): polled
+# until each counter has changed COUNTER_CHANGES times, for at most COUNTER_TIMEOUT_S.
+COUNTER_CHANGES = 5
+COUNTER_TIMEOUT_S = 5.0
+COUNTER_POLL_S = 0.002
+# A window's energy is the counter at its ends, and a counter holds its value between updates:
+# each end may lag by up to one period, so the figure is off by at most one period's energy.
+# Under MIN_COUNTER_PERIODS periods (over 10 %) the window is not measured.
+MIN_COUNTER_PERIODS = 10
+SHARED_GPU = "shared GPU"
 
 
 class Meter(ABC):
     """An energy counter and what comes with it. A context manager: closed on exit."""
 
     name: str
+    # how often the counter updates (s), once measured (measure_counter_period); None before
+    counter_period_s: float | None = None
 
     @abstractmethod
     def read(self) -> Sample: ...
@@ -92,6 +112,18 @@ class Meter(ABC):
     def power_limit_w(self) -> float | None:
         return None
 
+    def counters(self) -> list[tuple[str, float]]:
+        """Each energy counter the meter sums, named, with its value now."""
+        return [(self.name, self.read().energy_j)]
+
+    def measure_counter_period(
+        self, changes: int = COUNTER_CHANGES, timeout_s: float = COUNTER_TIMEOUT_S
+    ) -> float:
+        """How often the counters update (s, the slowest's), kept as ``counter_period_s``;
+        NotMeasured where one does not advance (:func:`counter_period_s`)."""
+        self.counter_period_s = counter_period_s(self.counters, changes, timeout_s)
+        return self.counter_period_s
+
     def close(self) -> None:
         """Release what the meter holds (nothing, unless a meter says so)."""
 
@@ -102,17 +134,66 @@ class Meter(ABC):
         self.close()
 
 
+def counter_period_s(
+    read: Callable[[], Sequence[tuple[str, float]]],
+    changes: int = COUNTER_CHANGES,
+    timeout_s: float = COUNTER_TIMEOUT_S,
+    poll_s: float = COUNTER_POLL_S,
+) -> float:
+    """The update period of the counters ``read`` returns (named values): polled every
+    ``poll_s`` until each has changed ``changes`` times, the median time between a counter's
+    changes; the slowest counter's. A counter that changes fewer than twice within
+    ``timeout_s`` is NotMeasured. A counter that changes at every poll reads as the poll's
+    period: it updates at least that often."""
+    first = list(read())
+    names, last = [n for n, _ in first], [v for _, v in first]
+    changed: list[list[float]] = [[] for _ in first]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and min(len(c) for c in changed) < changes:
+        time.sleep(poll_s)
+        now = time.monotonic()
+        values = [v for _, v in read()]
+        for times, before, after in zip(changed, last, values, strict=True):
+            if after != before:
+                times.append(now)
+        last = values
+    periods = []
+    for name, times in zip(names, changed, strict=True):
+        if len(times) < 2:
+            what = "did not advance" if not times else "advanced once"
+            raise NotMeasured(
+                f"the energy counter ({name}) {what} in {timeout_s:g} s: its update period "
+                "cannot be measured, nor a window's energy"
+            )
+        gaps = sorted(b - a for a, b in itertools.pairwise(times))
+        periods.append(gaps[len(gaps) // 2])
+    return max(periods)
+
+
 # --- NVML -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU the NVML meter reads: its handle, UUID and NVML index (PCI bus order)."""
+
+    device: Any
+    uuid: str
+    nvml_index: int | None
+
+
 class NvmlMeter(Meter):
-    """One GPU through NVML (:func:`choose_gpu` says which). Raises NotMeasured where NVML or
-    the GPU's energy counter is missing, or the job runs on a MIG instance."""
+    """The GPUs a server computes on, through NVML, their counters summed (:func:`choose_gpus`
+    says which). Raises NotMeasured where NVML, a GPU or its energy counter is missing, a GPU
+    cannot be identified or opened, or the server runs on a MIG instance."""
 
     name = "nvml"
 
     def __init__(
-        self, library: str = "libnvidia-ml.so.1", environ: Mapping[str, str] = os.environ
+        self,
+        library: str = "libnvidia-ml.so.1",
+        environ: Mapping[str, str] = os.environ,
+        gpus: ServerGpus | None = None,
     ) -> None:
         from .nvml import Nvml, NvmlError
 
@@ -125,7 +206,7 @@ class NvmlMeter(Meter):
         except NvmlError as error:
             raise NotMeasured(str(error)) from None
         try:
-            self._open(environ)
+            self._open(environ, gpus)
         except NvmlError as error:
             self._nvml.shutdown()
             raise NotMeasured(str(error)) from None
@@ -133,40 +214,84 @@ class NvmlMeter(Meter):
             self._nvml.shutdown()
             raise
 
-    def _open(self, environ: Mapping[str, str]) -> None:
+    def _open(self, environ: Mapping[str, str], gpus: ServerGpus | None) -> None:
         nvml = self._nvml
-        self._device, self._index, self._how = choose_gpu(nvml, environ)
-        if nvml.mig_enabled(self._device):
-            raise NotMeasured(MIG_INSTANCE)
-        if nvml.total_energy_mj(self._device) is None:
-            raise NotMeasured(NO_ENERGY_COUNTER)
-        self._uuid = nvml.uuid(self._device)
-        limit = nvml.enforced_power_limit_mw(self._device)
-        self._limit_w = None if limit is None else limit / 1000
+        self._gpus, self._how = choose_gpus(nvml, environ, gpus)
+        for gpu in self._gpus:
+            if nvml.mig_enabled(gpu.device):
+                raise NotMeasured(MIG_INSTANCE)
+            if nvml.total_energy_mj(gpu.device) is None:
+                raise NotMeasured(NO_ENERGY_COUNTER)
+        limits = [nvml.enforced_power_limit_mw(g.device) for g in self._gpus]
+        self._limit_w = None if None in limits else sum(v or 0 for v in limits) / 1000
+        self._own = {os.getpid()}  # this job's processes: it, the server, its stubs, clients
+        self._listed = True  # whether the driver lists the GPUs' processes
+
+    @property
+    def uuids(self) -> list[str]:
+        return [g.uuid for g in self._gpus]
+
+    def counters(self) -> list[tuple[str, float]]:
+        from .nvml import NvmlError
+
+        values = []
+        for gpu in self._gpus:
+            energy = self._nvml.total_energy_mj(gpu.device)
+            if energy is None:
+                raise NvmlError("nvmlDeviceGetTotalEnergyConsumption", 3, "stopped answering")
+            values.append((gpu.uuid, energy / 1000))
+        return values
 
     def read(self) -> Sample:
-        from .nvml import CLOCK_MEM, CLOCK_SM, NvmlError
+        from .nvml import CLOCK_MEM, CLOCK_SM
 
-        nvml, device = self._nvml, self._device
+        nvml, gpus = self._nvml, self._gpus
         before = time.time_ns()
-        energy = nvml.total_energy_mj(device)
+        energy = sum(v for _, v in self.counters())
         after = time.time_ns()
-        if energy is None:
-            raise NvmlError("nvmlDeviceGetTotalEnergyConsumption", 3, "stopped answering")
-        power = nvml.power_usage_mw(device)
-        rates = nvml.utilization(device)
-        memory = nvml.memory_info(device)
+        power = [nvml.power_usage_mw(g.device) for g in gpus]
+        rates = [nvml.utilization(g.device) for g in gpus]
+        memory = [nvml.memory_info(g.device) for g in gpus]
+        reasons = [nvml.clocks_event_reasons(g.device) for g in gpus]
         return Sample(
-            time_ns=(before + after) // 2,  # the counter's read, between the two
-            energy_j=energy / 1000,
-            power_w=None if power is None else power / 1000,
-            sm_clock_mhz=_float(nvml.clock_mhz(device, CLOCK_SM)),
-            mem_clock_mhz=_float(nvml.clock_mhz(device, CLOCK_MEM)),
-            temperature_c=_float(nvml.temperature_c(device)),
-            gpu_util_pct=None if rates is None else float(rates.gpu),
-            memory_used_mib=None if memory is None else memory.used / 2**20,
-            throttle_reasons=nvml.clocks_event_reasons(device),
+            time_ns=(before + after) // 2,  # the counters' read, between the two
+            energy_j=energy,
+            power_w=None if None in power else sum(p or 0 for p in power) / 1000,
+            sm_clock_mhz=_mean([nvml.clock_mhz(g.device, CLOCK_SM) for g in gpus]),
+            mem_clock_mhz=_mean([nvml.clock_mhz(g.device, CLOCK_MEM) for g in gpus]),
+            temperature_c=_max([nvml.temperature_c(g.device) for g in gpus]),
+            gpu_util_pct=_mean([None if r is None else r.gpu for r in rates]),
+            memory_used_mib=None
+            if None in memory
+            else sum(m.used for m in memory if m is not None) / 2**20,
+            throttle_reasons=None if None in reasons else _or(reasons),
+            sharing=self.sharing(),
         )
+
+    def sharing(self) -> tuple[str, ...] | None:
+        """The processes on the metered GPUs that are not this job's (its process and its
+        descendants: the server, the python backend's stubs, perf_analyzer), each "pid <n>
+        (<name>) on <uuid>"; None where the driver does not list them."""
+        from .nvml import NvmlError
+
+        found: list[str] = []
+        for gpu in self._gpus:
+            try:
+                pids = self._nvml.compute_processes(gpu.device)
+            except NvmlError as error:
+                log.warning("energy: the processes on %s cannot be listed: %s", gpu.uuid, error)
+                pids = None
+            if pids is None:
+                self._listed = False
+                return None
+            for pid in pids:
+                if pid in self._own:
+                    continue
+                if descends_from(pid, os.getpid()):
+                    self._own.add(pid)
+                    continue
+                found.append(f"pid {pid} ({process_name(pid)}) on {gpu.uuid}")
+        return tuple(found)
 
     def power_limit_w(self) -> float | None:
         return self._limit_w
@@ -174,62 +299,209 @@ class NvmlMeter(Meter):
     def facts(self) -> dict[str, Any]:
         from .nvml import CLOCK_MEM, CLOCK_SM
 
-        nvml, device = self._nvml, self._device
+        nvml = self._nvml
+
+        def one(gpu: Gpu) -> dict[str, Any]:
+            limit = nvml.enforced_power_limit_mw(gpu.device)
+            return {
+                "uuid": gpu.uuid,
+                "name": nvml.name(gpu.device),
+                "nvml_index": gpu.nvml_index,
+                "power_limit_w": None if limit is None else limit / 1000,
+                "application_clocks_mhz": {
+                    "sm": nvml.applications_clock_mhz(gpu.device, CLOCK_SM),
+                    "mem": nvml.applications_clock_mhz(gpu.device, CLOCK_MEM),
+                },
+                "persistence_mode": nvml.persistence_mode(gpu.device),
+            }
+
+        first = one(self._gpus[0])
         return {
             "meter": "nvml",
-            "uuid": self._uuid,
-            "name": nvml.name(device),
+            **first,
             "driver": nvml.driver_version(),
-            "nvml_index": self._index,
-            "power_limit_w": self._limit_w,
-            "application_clocks_mhz": {
-                "sm": nvml.applications_clock_mhz(device, CLOCK_SM),
-                "mem": nvml.applications_clock_mhz(device, CLOCK_MEM),
-            },
-            "persistence_mode": nvml.persistence_mode(device),
+            "power_limit_w": self._limit_w,  # the metered GPUs' together
+            "uuids": self.uuids,
+            "gpus": [first, *(one(g) for g in self._gpus[1:])],
             "how_chosen": self._how,
+            "counter_period_ms": None
+            if self.counter_period_s is None
+            else round(self.counter_period_s * 1000, 1),
+            "processes_listed": self._listed,
         }
 
     def close(self) -> None:
         self._nvml.shutdown()
 
 
-def _float(value: int | None) -> float | None:
-    return None if value is None else float(value)
+def _mean(values: Sequence[int | float | None]) -> float | None:
+    found = [float(v) for v in values if v is not None]
+    return sum(found) / len(found) if found else None
 
 
-# The order behind an integer in CUDA_VISIBLE_DEVICES is CUDA's (fastest first unless
-# CUDA_DEVICE_ORDER=PCI_BUS_ID), NVML's is PCI bus order: on a node with mixed GPUs the two
-# may differ, so the meter records the UUID it read and says so.
-ORDER_NOTE = (
-    "NVML enumerates GPUs in PCI bus order; CUDA's default order (fastest first) may differ on "
-    "a node with mixed GPUs: the uuid names the GPU read"
-)
+def _max(values: Sequence[int | float | None]) -> float | None:
+    found = [float(v) for v in values if v is not None]
+    return max(found) if found else None
 
 
-def choose_gpu(nvml: Any, environ: Mapping[str, str]) -> tuple[Any, int | None, str]:
-    """The GPU the NVML meter reads, its NVML index and how it was chosen: ``$GPU_ENV`` (a
-    UUID or an NVML index) if set; else the first of CUDA_VISIBLE_DEVICES (a ``GPU-`` UUID,
-    whole or a unique prefix as CUDA takes it; an index; a ``MIG-`` instance: NotMeasured);
-    else NVML's GPU 0."""
-    if environ.get(GPU_ENV, "").strip():
-        return _gpu_of(nvml, environ[GPU_ENV].strip(), GPU_ENV)
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        device = nvml.handle_by_index(0)
-        return device, 0, "CUDA_VISIBLE_DEVICES unset: NVML index 0"
-    first = visible.split(",")[0].strip()
-    if first in ("", "-1"):
-        raise NotMeasured(f"NVML: CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from this job")
-    return _gpu_of(nvml, first, "CUDA_VISIBLE_DEVICES")
+def _or(values: Sequence[int | None]) -> int:
+    bits = 0
+    for value in values:
+        bits |= value or 0
+    return bits
 
 
-def _gpu_of(nvml: Any, entry: str, variable: str) -> tuple[Any, int | None, str]:
+def descends_from(pid: int, root: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` is ``root`` or one of its descendants, by the parents in
+    ``/proc/<pid>/stat``. False for a process not visible here (another PID namespace)."""
+    for _ in range(256):  # deeper than any process tree
+        if pid == root:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            return False
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+def process_name(pid: int, proc: Path = Path("/proc")) -> str:
+    try:
+        return (proc / str(pid) / "comm").read_text().strip() or "?"
+    except OSError:
+        return "not visible from this job"
+
+
+def choose_gpus(
+    nvml: Any, environ: Mapping[str, str], gpus: ServerGpus | None
+) -> tuple[list[Gpu], str]:
+    """The GPUs the NVML meter reads and how they were chosen:
+
+    - ``$GPU_ENV`` (in ``environ``, the job's), if set: UUIDs (``GPU-``, whole or a unique
+      prefix) or NVML indices, comma-separated, named outright;
+    - else the server's (``gpus``): its CUDA ordinals named by UUID through CUDA's driver API in
+      its environment (:func:`deploybench.gpu_identity.cuda_uuids`; without one, the UUIDs its
+      ``CUDA_VISIBLE_DEVICES`` holds), each opened by UUID; a MIG device is NotMeasured;
+    - else (no server GPUs: a server on the CPU) NVML's first GPU this job may read.
+
+    Never another GPU in place of one that cannot be identified or opened: NotMeasured."""
+    named = environ.get(GPU_ENV, "").strip()
+    if named:
+        chosen = [_gpu_of(nvml, entry.strip(), GPU_ENV) for entry in named.split(",")]
+        return chosen, f"{GPU_ENV}={named}: named outright"
+    if gpus is not None:
+        return _server_gpus(nvml, gpus)
+    from .nvml import ERROR_NO_PERMISSION, NvmlError
+
+    count = nvml.device_count()
+    for index in range(count):
+        try:
+            device = nvml.handle_by_index(index)
+        except NvmlError as error:
+            if error.code == ERROR_NO_PERMISSION:
+                continue
+            raise
+        how = f"no server GPU given (a server on the CPU): NVML's first GPU this job may read, index {index}"
+        return [Gpu(device, nvml.uuid(device) or "", index)], how
+    raise NotMeasured(f"NVML: this job may read none of the node's {count} GPUs")
+
+
+def _full_uuid(entry: str) -> tuple[str, str] | None:
+    """A CUDA_VISIBLE_DEVICES entry as (GPU|MIG, its UUID's groups); None unless a whole UUID
+    (a MIG entry in any form counts: a MIG device is not measured)."""
+    if entry.startswith("MIG-"):
+        return "MIG", entry.removeprefix("MIG-").lower()
+    match = re.fullmatch(r"GPU-([0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})", entry)
+    return ("GPU", match.group(1).lower()) if match else None
+
+
+def _server_gpus(nvml: Any, gpus: ServerGpus) -> tuple[list[Gpu], str]:
+    from .gpu_identity import CudaUnavailable, cuda_uuids
+
+    visible = gpus.environ.get("CUDA_VISIBLE_DEVICES")
+    shown = "unset" if visible is None else repr(visible)
+    uuids: list[tuple[str | None, str]]
+    try:
+        uuids = [(None, u) for u in cuda_uuids(gpus.environ, gpus.cuda_library)]
+        named = "CUDA's driver API in the server's environment (cuDeviceGetUuid_v2)"
+    except CudaUnavailable as why:
+        entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
+        full = [_full_uuid(e) for e in entries]
+        if not entries or any(f is None for f in full):
+            raise NotMeasured(
+                f"NVML: the server's GPUs cannot be named by UUID: {why}; and its "
+                f"CUDA_VISIBLE_DEVICES ({shown}) does not name them by UUID"
+            ) from None
+        uuids = [f for f in full if f is not None]
+        named = f"the server's CUDA_VISIBLE_DEVICES (CUDA's driver API: {why})"
+    if not uuids:
+        raise NotMeasured(f"NVML: CUDA shows the server no GPU (CUDA_VISIBLE_DEVICES {shown})")
+    ordinals = gpus.ordinals if gpus.ordinals is not None else tuple(range(len(uuids)))
+    chosen = []
+    for ordinal in ordinals:
+        if not 0 <= ordinal < len(uuids):
+            raise NotMeasured(
+                f"NVML: {gpus.source or 'the server'} place instances on CUDA GPU {ordinal}; "
+                f"CUDA shows the server {len(uuids)} (CUDA_VISIBLE_DEVICES {shown})"
+            )
+        kind, groups = uuids[ordinal]
+        chosen.append(_open_uuid(nvml, kind, groups, f"the server's CUDA GPU {ordinal}"))
+    how = (
+        f"the server's CUDA GPU(s) {list(ordinals)} ({gpus.source or 'as given'}; "
+        f"CUDA_VISIBLE_DEVICES {shown}), named by {named}, opened by UUID"
+    )
+    return chosen, how
+
+
+def _open_uuid(nvml: Any, kind: str | None, groups: str, what: str) -> Gpu:
+    """The GPU of a UUID (``kind``: GPU, MIG, or None: either), opened by it."""
+    from .nvml import ERROR_NO_PERMISSION, NvmlError
+
+    if kind == "MIG":
+        raise NotMeasured(f"{MIG_INSTANCE} ({what} is MIG-{groups})")
+    for prefix in [kind] if kind else ["GPU", "MIG"]:
+        uuid = f"{prefix}-{groups}"
+        try:
+            device = nvml.handle_by_uuid(uuid)
+        except NvmlError as error:
+            if error.code == ERROR_NO_PERMISSION:
+                raise NotMeasured(
+                    f"NVML: {what} is {uuid}, which this job has no permission to read ({error})"
+                ) from None
+            raise
+        if prefix == "MIG" and device is not None:
+            raise NotMeasured(f"{MIG_INSTANCE} ({what} is {uuid})")
+        if device is not None:
+            return Gpu(device, uuid, _index_of(nvml, uuid))
+    raise NotMeasured(
+        f"NVML: {what} is {kind or 'GPU'}-{groups}, which NVML does not know (its GPUs: "
+        f"{_uuids(nvml, nvml.device_count())})"
+    )
+
+
+def _index_of(nvml: Any, uuid: str) -> int | None:
+    found = _uuids(nvml, nvml.device_count())
+    return found.index(uuid) if uuid in found else None
+
+
+def _gpu_of(nvml: Any, entry: str, variable: str) -> Gpu:
+    from .nvml import ERROR_NO_PERMISSION, NvmlError
+
     if entry.startswith("MIG-"):
         raise NotMeasured(MIG_INSTANCE)
     count = nvml.device_count()
     if entry.startswith("GPU-"):
-        device = nvml.handle_by_uuid(entry)
+        try:
+            device = nvml.handle_by_uuid(entry)
+        except NvmlError as error:
+            if error.code != ERROR_NO_PERMISSION:
+                raise
+            raise NotMeasured(
+                f"NVML: {variable} names {entry}, which this job has no permission to read"
+            ) from None
         uuids = _uuids(nvml, count)
         matches = [i for i, u in enumerate(uuids) if (u or "").startswith(entry)]
         if device is None and len(matches) == 1:  # a prefix, as CUDA accepts
@@ -238,17 +510,15 @@ def _gpu_of(nvml: Any, entry: str, variable: str) -> tuple[Any, int | None, str]
             which = "more than one of" if matches else "none of"
             raise NotMeasured(f"NVML: {variable} names {entry}, {which} NVML's GPUs {uuids}")
         index = matches[0] if len(matches) == 1 else None
-        return device, index, f"{variable}={entry}: by UUID"
+        return Gpu(device, nvml.uuid(device) or entry, index)
     if re.fullmatch(r"\d+", entry):
         index = int(entry)
         if index >= count:
             raise NotMeasured(
                 f"NVML: {variable} names GPU {index}; NVML sees {count} (0..{count - 1})"
             )
-        how = f"{variable}={entry}: NVML index {index}"
-        if variable == "CUDA_VISIBLE_DEVICES":  # CUDA's index, read as NVML's
-            how += f" ({ORDER_NOTE})"
-        return nvml.handle_by_index(index), index, how
+        device = nvml.handle_by_index(index)
+        return Gpu(device, nvml.uuid(device) or "", index)
     raise NotMeasured(
         f"NVML: {variable}={entry!r} is neither a GPU UUID (GPU-...), a MIG instance nor an index"
     )
@@ -299,11 +569,13 @@ def open_meter(
     nvml_library: str = "libnvidia-ml.so.1",
     powercap_root: Path = Path("/sys/class/powercap"),
     environ: Mapping[str, str] = os.environ,
+    gpus: ServerGpus | None = None,
 ) -> Meter:
     """The meter of ``kind`` (nvml, rapl); NotMeasured where it cannot measure here (and for
-    ``none``), ConfigError for another kind."""
+    ``none``), ConfigError for another kind. ``gpus``: the GPUs the server computes on, which
+    the NVML meter reads (:func:`choose_gpus`)."""
     if kind == "nvml":
-        return NvmlMeter(nvml_library, environ)
+        return NvmlMeter(nvml_library, environ, gpus)
     if kind == "rapl":
         return RaplMeter(powercap_root)
     if kind == "none":
@@ -322,6 +594,34 @@ def describe(meter_or_reason: Meter | NotMeasured | str) -> str:
 # --- sampling -------------------------------------------------------------------------------
 
 
+class Periodic:
+    """Calls ``tick`` every ``interval_s`` on a daemon thread named ``name``, from start() until
+    stop(); the first exception ends the calls and is kept in ``failure`` (the owner decides
+    what it means). The energy meter's sampler and Triton's metrics poller both run on one."""
+
+    def __init__(self, tick: Callable[[], None], interval_s: float, name: str) -> None:
+        self.tick, self.interval_s, self.name = tick, interval_s, name
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                self.tick()
+        except BaseException as error:  # noqa: BLE001 - kept for the owner, on its thread
+            self.failure = error
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
 class Sampler:
     """Reads ``meter`` on entry, every ``interval_s`` on a daemon thread, and on exit, into
     ``samples`` (in time order). An error in the thread stops the sampling and is raised on
@@ -333,21 +633,13 @@ class Sampler:
         self.meter = meter
         self.interval_s = interval_s
         self.samples: list[Sample] = []
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.interval_s):
-                self.samples.append(self.meter.read())
-        except BaseException as error:  # noqa: BLE001 - re-raised by the thread leaving the block
-            self._error = error
+        self._periodic = Periodic(
+            lambda: self.samples.append(self.meter.read()), interval_s, "energy-sampler"
+        )
 
     def __enter__(self) -> Self:
         self.samples.append(self.meter.read())
-        self._thread = threading.Thread(target=self._run, name="energy-sampler", daemon=True)
-        self._thread.start()
+        self._periodic.start()
         return self
 
     def __exit__(
@@ -356,13 +648,12 @@ class Sampler:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self._error is not None:
+        self._periodic.stop()
+        failure = self._periodic.failure
+        if failure is not None:
             if exc is None:
-                raise self._error
-            log.warning("energy sampler failed too: %s", self._error)
+                raise failure
+            log.warning("energy sampler failed too: %s", failure)
             return
         if exc is None:
             self.samples.append(self.meter.read())
@@ -394,6 +685,8 @@ class WindowTelemetry:
     memory_used_mib: float | None  # max
     throttle_reasons: int | None  # OR of the samples' bitmasks
     samples: int  # the samples the statistics are over
+    # the processes not the job's that computed on a metered GPU (in or around the window)
+    sharing: tuple[str, ...] = ()
 
 
 def _energy_at(samples: Sequence[Sample], t: int) -> float:
@@ -452,6 +745,16 @@ def window(samples: Sequence[Sample], start_ns: int, end_ns: int) -> WindowTelem
             for (t0, e0), (t1, e1) in itertools.pairwise(points)
             if t1 > t0
         )
+    # a co-tenant seen by any reading the window's energy rests on: those inside and the two
+    # around it
+    around = [
+        s
+        for i, s in enumerate(samples)
+        if start_ns <= s.time_ns <= end_ns
+        or (s.time_ns < start_ns and samples[i + 1].time_ns >= start_ns)
+        or (s.time_ns > end_ns and samples[i - 1].time_ns <= end_ns)
+    ]
+    sharing = tuple(dict.fromkeys(p for s in around for p in s.sharing or ()))
     reasons = [s.throttle_reasons for s in inside if s.throttle_reasons is not None]
     bits: int | None = None
     if reasons:
@@ -472,15 +775,38 @@ def window(samples: Sequence[Sample], start_ns: int, end_ns: int) -> WindowTelem
         memory_used_mib=maximum("memory_used_mib"),
         throttle_reasons=bits,
         samples=len(inside),
+        sharing=sharing,
     )
+
+
+def window_refusal(telemetry: WindowTelemetry, period_s: float | None) -> str | None:
+    """Why a window's energy is not a measurement of the server's (None: it is): another
+    process computed on a metered GPU ("shared GPU: pid ..."), the window is shorter than
+    MIN_COUNTER_PERIODS of the counter's update period ``period_s`` (its steps could be over
+    1/MIN_COUNTER_PERIODS of the energy), or the counter did not advance over it."""
+    if telemetry.sharing:
+        return f"{SHARED_GPU}: {'; '.join(telemetry.sharing)}"
+    if period_s is not None and telemetry.seconds < MIN_COUNTER_PERIODS * period_s:
+        return (
+            f"the window ({telemetry.seconds:.3g} s) is shorter than {MIN_COUNTER_PERIODS} "
+            f"updates of the energy counter ({period_s * 1000:.0f} ms each): its steps could "
+            f"be over {100 // MIN_COUNTER_PERIODS} % of the energy"
+        )
+    if not telemetry.energy_j > 0:
+        return f"the energy counter did not advance over the {telemetry.seconds:.3g} s window"
+    return None
 
 
 def idle_power_w(meter: Meter, seconds: float, interval_s: float) -> float:
     """The meter's power over ``seconds`` of no load: its counter's increase over the time,
-    read every ``interval_s`` (so that a RAPL counter's wrap is seen)."""
+    read every ``interval_s`` (so that a RAPL counter's wrap is seen). NotMeasured where
+    another process computed on a metered GPU meanwhile."""
     if not seconds > 0:
         raise ConfigError(f"the idle baseline needs a duration > 0 s, not {seconds}")
     with Sampler(meter, interval_s) as sampler:
         time.sleep(seconds)
+    sharing = dict.fromkeys(p for s in sampler.samples for p in s.sharing or ())
+    if sharing:
+        raise NotMeasured(f"{SHARED_GPU}: {'; '.join(sharing)}")
     first, last = sampler.samples[0], sampler.samples[-1]
     return (last.energy_j - first.energy_j) / ((last.time_ns - first.time_ns) / 1e9)

@@ -36,11 +36,14 @@ def build_model_config(
     cuda_graphs: bool = False,
     gpu_accelerators: Sequence[Mapping[str, Any]] = (),
     warmup: Sequence[model_config_pb2.ModelWarmup] = (),
+    gpus: Sequence[int] = (),
 ) -> model_config_pb2.ModelConfig:
     """The ``ModelConfig`` message: a native backend is named by ``platform``, any other (the
     python backend) by ``backend``. ``gpu_accelerators``: ``{"name", "parameters"}`` entries of
     ``optimization.execution_accelerators``, in priority order. ``warmup``: ``model_warmup``
-    samples (:func:`warmup_sample`), run while the model loads."""
+    samples (:func:`warmup_sample`), run while the model loads. ``gpus``: the CUDA ordinals (as
+    the server sees them) a ``KIND_GPU`` group's instances are placed on; empty: every GPU the
+    server sees (model_config.proto ``ModelInstanceGroup.gpus``)."""
     if bool(backend) == bool(platform):
         raise ValueError(
             f"model {name!r}: name exactly one of backend ({backend!r}) and platform ({platform!r})"
@@ -57,9 +60,12 @@ def build_model_config(
         config.input.add(name=spec.name, data_type=_data_type(spec), dims=spec.shape)
     for spec in outputs:
         config.output.add(name=spec.name, data_type=_data_type(spec), dims=spec.shape)
+    if gpus and instance_kind != "KIND_GPU":
+        raise ValueError(f"model {name!r}: gpus {list(gpus)} for a {instance_kind} group")
     config.instance_group.add(
         count=int(instance_count),
         kind=model_config_pb2.ModelInstanceGroup.Kind.Value(instance_kind),
+        gpus=[int(g) for g in gpus],
     )
     # present even when every field is at its default: it switches the dynamic batcher on
     config.dynamic_batching.SetInParent()

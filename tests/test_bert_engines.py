@@ -472,12 +472,14 @@ def test_the_report_and_provenance_say_which_layout_ran():
 def test_offline_measures_each_batch_on_its_own_model_online_on_the_shared(tmp_path, monkeypatch):
     """The perf job with its server, client and perf_analyzer stood in (tests/test_transport.py):
     which model each point is measured on, and what its provenance records."""
-    from tests.test_transport import fake_job
+    from tests.test_transport import fake_job, write_served_configs
 
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
     calls = fake_job(monkeypatch, shm_dir)
     plan = dbplan.plan_run(with_layout("per_batch"), *TRT)
+    served = ["bert", *(f"bert_b{b}" for b in BATCHES)]
+    write_served_configs(tmp_path / "repository", served, on_gpu=True)
     measured = {}
     for scenario in dbplan.SCENARIOS:
         calls.clear()

@@ -29,7 +29,7 @@ from deploybench.compare import (
 
 RUN = "resnet50/h100/trt/fp16"
 NO_NVML = "not measured: NVML: libnvidia-ml.so.1 not found"
-FEW = "too few requests for a p99 bound: 120 of 662"
+FEW = "too few requests for an early-stopping p99 estimate: 120 of 662"
 
 
 def row(scenario: str, x: int, throughput: float = 100.0, **more: Any) -> dict[str, Any]:
@@ -282,12 +282,24 @@ def test_report_tables_show_energy_its_interval_not_measured_and_a_marked_p99():
     )
     table = report.results_table(rows)
     heading = table.splitlines()[0]
-    assert "Energy per inference (J)" in heading and "p99 bound (ms)" in heading
+    assert "Energy per inference (J)" in heading and "p99 early-stopping estimate (ms)" in heading
     first, second = table.splitlines()[2:4]
     assert "| 0.500 ± 0.010 |" in first and "| 10.00 ± 0.20 † |" in first
     assert "| not measured |" in second and "†" not in second
     assert table.endswith(f"batch 1 concurrency 1: {FEW}.")
-    assert "† p99 from too few requests" in table
+    assert "† p99 from fewer requests than loadgen's early-stopping estimate needs" in table
+    # the estimate is named as loadgen's SingleStream rule, with the assumption these points break
+    assert "MLPerf loadgen's SingleStream early-stopping estimate" in table
+    assert "assumes independent queries issued one at a time" in table
+    assert "concurrency up to 2" in table and "pool up to 3 trials" in table
+    assert "not a 99 % confidence bound" in table
+
+
+def test_the_estimates_note_says_when_its_assumption_is_only_assumed():
+    offline = frame([row("offline", 1, trials=1)])
+    note = report.estimate_footnote(offline)
+    assert note is not None and note.endswith("one at a time, their independence assumed.")
+    assert report.estimate_footnote(frame([row("offline", 1, p99_bound_ms=None)])) is None
 
 
 def test_energy_note_says_the_meter_idle_power_and_throttling():

@@ -40,6 +40,9 @@ def test_joules_per_inference_are_the_meters_power_over_the_throughput(smoke_run
         )
         # the export holds the requests perf_analyzer counted in its measured windows
         assert trial["tail_requests"] == trial["measured_requests"]
+        # the second meter: a CPU server has no nv_energy_consumption, and the trial says so
+        assert trial["energy_per_inference_triton_j"] == ""
+        assert trial["triton_energy_status"].startswith("not measured: the server's metrics")
     points = rows(smoke_run / RUN / f"{scenario}.csv")
     assert points
     for point in points:
@@ -60,7 +63,7 @@ def test_joules_per_inference_are_the_meters_power_over_the_throughput(smoke_run
         assert abs(above) < 0.02 * float(point["energy_per_inference_j"])
         assert point["throttled"] == "False" and point["throttle_reasons"] == ""
         assert float(point["power_limit_w"]) == 350.0
-        # the tails: every request of the 3 trials, and whether they back a p99 bound
+        # the tails: every request of the 3 trials, and whether they back a p99 estimate
         requests = int(point["tail_requests"])
         assert requests == sum(int(t["tail_requests"]) for t in own)
         assert float(point["p99_pooled_ms"]) > 0
@@ -80,8 +83,8 @@ def test_the_provenance_names_the_gpu_the_energy_was_read_on(smoke_run):
 
 
 def test_every_points_p99_says_whether_enough_requests_back_it(smoke_run):
-    # every model's points (one trial each but TFT's): a p99 bound with 662 requests or more
-    # (MLPerf's early stopping at 99 % confidence), else a note that says how many there were
+    # every model's points (one trial each but TFT's): loadgen's early-stopping p99 estimate
+    # with 662 requests or more, else a note that says how many there were
     points = [
         p
         for path in sorted((smoke_run / "results").glob("*/cpu/*/*/o*line.csv"))
@@ -95,7 +98,10 @@ def test_every_points_p99_says_whether_enough_requests_back_it(smoke_run):
             assert point["tail_note"] == "" and float(point["p99_bound_ms"]) > 0
         else:
             assert point["p99_bound_ms"] == ""
-            assert point["tail_note"] == f"too few requests for a p99 bound: {requests} of 662"
+            assert (
+                point["tail_note"]
+                == f"too few requests for an early-stopping p99 estimate: {requests} of 662"
+            )
 
 
 def test_summary_shows_joules_per_inference(smoke_run):

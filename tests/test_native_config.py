@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2
 
 from deploybench import config as dbc
 from deploybench import jobs
+from deploybench.gpu_identity import SERVER_GPUS
 from deploybench.io import sha256_of
 from deploybench.models import load_family
 from deploybench.repository import model_config
@@ -227,8 +228,14 @@ def test_every_native_config_has_the_seed_pages_parameters():
         where = run.path
         assert cfg.platform == PLATFORMS[run.format] and not cfg.backend, where
         assert [cfg.max_batch_size] == seed["max_batch"], where
-        assert [(g.count, g.kind) for g in cfg.instance_group] == [
-            (seed["instances"][0], model_config_pb2.ModelInstanceGroup.KIND_GPU)
+        # pinned to the run's GPU, the one its energy meter reads: unpinned, Triton would place
+        # instances on every GPU the server sees (model_configuration.md "Instance Groups")
+        assert [(g.count, g.kind, list(g.gpus)) for g in cfg.instance_group] == [
+            (
+                seed["instances"][0],
+                model_config_pb2.ModelInstanceGroup.KIND_GPU,
+                list(SERVER_GPUS),
+            )
         ], where
         assert list(cfg.dynamic_batching.preferred_batch_size) == seed["preferred"], where
         assert [cfg.dynamic_batching.max_queue_delay_microseconds] == seed["delay"], where

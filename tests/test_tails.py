@@ -273,10 +273,13 @@ def test_large_counts_are_quick() -> None:
 def test_too_few_requests() -> None:
     bound = early_stopping_bound([5.0] * 120)
     assert bound == TailBound(120, 662, None)
-    assert tail_note(bound) == "too few requests for a p99 bound: 120 of 662"
+    assert tail_note(bound) == "too few requests for an early-stopping p99 estimate: 120 of 662"
     p90 = early_stopping_bound([5.0] * 10, percentile=0.90)
-    assert tail_note(p90) == "too few requests for a p90 bound: 10 of 64"
-    assert tail_note(early_stopping_bound([])) == "too few requests for a p99 bound: 0 of 662"
+    assert tail_note(p90) == "too few requests for an early-stopping p90 estimate: 10 of 64"
+    assert (
+        tail_note(early_stopping_bound([]))
+        == "too few requests for an early-stopping p99 estimate: 0 of 662"
+    )
     assert tail_note(early_stopping_bound([5.0] * 662)) == ""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from deploybench.errors import ConfigError, DeploybenchError
+from deploybench.gpu_identity import ServerGpus
 from deploybench.telemetry import (
     MIG_INSTANCE,
     NO_ENERGY_COUNTER,
@@ -26,7 +27,7 @@ from deploybench.telemetry import (
     throttle_names,
     window,
 )
-from tests.nvml_standin import LIMIT_MW, NAME, POWER_MW, UUID, build_fake_nvml
+from tests.nvml_standin import LIMIT_MW, NAME, POWER_MW, UUID, build_fake_nvml, gpu_uuid
 
 S = 1_000_000_000  # ns
 
@@ -86,16 +87,24 @@ def test_nvml_reads_what_the_gpu_reports(fake_nvml, monkeypatch):
 def test_nvml_facts_name_the_gpu_read(fake_nvml):
     with nvml(fake_nvml) as meter:
         facts = meter.facts()
-    assert facts == {
-        "meter": "nvml",
+    gpu = {
         "uuid": UUID,
         "name": NAME,
-        "driver": "999.99.99-standin",
         "nvml_index": 0,
         "power_limit_w": 350.0,
         "application_clocks_mhz": {"sm": 1755, "mem": 2619},
         "persistence_mode": True,
-        "how_chosen": "CUDA_VISIBLE_DEVICES unset: NVML index 0",
+    }
+    assert facts == {
+        "meter": "nvml",
+        **gpu,
+        "driver": "999.99.99-standin",
+        "uuids": [UUID],
+        "gpus": [gpu],
+        "how_chosen": "no server GPU given (a server on the CPU): NVML's first GPU this job "
+        "may read, index 0",
+        "counter_period_ms": None,  # until measured (Meter.measure_counter_period)
+        "processes_listed": True,
     }
     assert describe(meter) == "nvml"
 
@@ -131,48 +140,74 @@ def test_nvml_that_does_not_initialise_is_not_measured_naming_its_error(fake_nvm
         nvml(fake_nvml)
 
 
+# without libcuda (this machine has none; a path that does not exist elsewhere), the server's
+# GPUs can be named only by the UUIDs its CUDA_VISIBLE_DEVICES holds
+NO_LIBCUDA = "/nonexistent/libcuda.so.1"
+
+
+def standin_settings(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]) -> bool:
+    """Move the stand-in's settings out of ``environ`` into the process's (the library reads
+    them there); whether they model a node (FAKE_NVML_GPUS)."""
+    for key in [k for k in environ if k.startswith("FAKE_NVML_")]:
+        monkeypatch.setenv(key, environ.pop(key))
+    return "FAKE_NVML_GPUS" in os.environ
+
+
+def server(visible: str | None, ordinals: tuple[int, ...] | None = (0,)) -> ServerGpus:
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    return ServerGpus(ordinals, environ, "a test's instance group", NO_LIBCUDA)
+
+
 @pytest.mark.parametrize(
-    ("environ", "index", "how"),
+    ("environ", "gpus", "how"),
     [
-        ({"CUDA_VISIBLE_DEVICES": UUID}, 0, f"CUDA_VISIBLE_DEVICES={UUID}: by UUID"),
-        ({"CUDA_VISIBLE_DEVICES": "GPU-00000000-fake,GPU-x"}, 0, "by UUID"),  # a prefix
-        ({"CUDA_VISIBLE_DEVICES": "0,1"}, 0, "CUDA_VISIBLE_DEVICES=0: NVML index 0 (NVML enumer"),
+        ({"DEPLOYBENCH_NVML_GPU": UUID}, None, f"DEPLOYBENCH_NVML_GPU={UUID}: named outright"),
+        ({"DEPLOYBENCH_NVML_GPU": "GPU-00000000-fake"}, None, "named outright"),  # a prefix
+        ({"DEPLOYBENCH_NVML_GPU": "0"}, server("MIG-x"), "DEPLOYBENCH_NVML_GPU=0"),
+        # (a node's UUIDs, FAKE_NVML_GPUS set, are hex as a real one's)
         (
-            {"DEPLOYBENCH_NVML_GPU": "0", "CUDA_VISIBLE_DEVICES": "MIG-x"},
-            0,
-            "DEPLOYBENCH_NVML_GPU=0",
+            {"FAKE_NVML_GPUS": "1"},
+            server(gpu_uuid(0)),
+            "the server's CUDA_VISIBLE_DEVICES (CUDA's driver API: ",
         ),
+        ({}, None, "no server GPU given (a server on the CPU)"),
+        # the job's own CUDA_VISIBLE_DEVICES does not say which GPU the server computes on
+        ({"CUDA_VISIBLE_DEVICES": "0"}, None, "NVML's first GPU this job may read, index 0"),
     ],
 )
-def test_the_gpu_read_follows_cuda_visible_devices(fake_nvml, environ, index, how):
-    with nvml(fake_nvml, **environ) as meter:
+def test_the_gpu_read_is_named_outright_or_the_servers(fake_nvml, monkeypatch, environ, gpus, how):
+    node = standin_settings(monkeypatch, environ)
+    with open_meter("nvml", nvml_library=str(fake_nvml), environ=environ, gpus=gpus) as meter:
         facts = meter.facts()
-    assert facts["uuid"] == UUID and facts["nvml_index"] == index
+    assert facts["uuid"] == (gpu_uuid(0) if node else UUID) and facts["nvml_index"] == 0
     assert how in facts["how_chosen"]
 
 
 @pytest.mark.parametrize(
-    ("environ", "reason"),
+    ("environ", "gpus", "reason"),
     [
-        ({"CUDA_VISIBLE_DEVICES": "MIG-4a9c5e3b-0000-0000-0000-000000000000"}, MIG_INSTANCE),
-        ({"FAKE_NVML_MIG": "1"}, MIG_INSTANCE),
+        ({}, server("MIG-4a9c5e3b-0000-0000-0000-000000000000"), MIG_INSTANCE),
+        ({"FAKE_NVML_MIG": "1"}, None, MIG_INSTANCE),
+        # an index the server sees, which only CUDA can name
+        ({}, server("3"), "NVML: the server's GPUs cannot be named by UUID: "),
+        ({}, server("GPU-ffff"), "does not name them by UUID"),  # a prefix: CUDA's to resolve
+        ({}, server(""), "CUDA_VISIBLE_DEVICES ('') does not name them by UUID"),
         (
-            {"CUDA_VISIBLE_DEVICES": "3"},
-            "NVML: CUDA_VISIBLE_DEVICES names GPU 3; NVML sees 1 (0..0)",
+            {"FAKE_NVML_GPUS": "2"},
+            server(gpu_uuid(0), (1,)),
+            "place instances on CUDA GPU 1; CUDA shows the server 1",
         ),
-        (
-            {"CUDA_VISIBLE_DEVICES": "GPU-ffff"},
-            "NVML: CUDA_VISIBLE_DEVICES names GPU-ffff, none of",
-        ),
-        ({"CUDA_VISIBLE_DEVICES": ""}, "hides every GPU"),
-        ({"DEPLOYBENCH_NVML_GPU": "first"}, "DEPLOYBENCH_NVML_GPU='first' is neither"),
+        ({"DEPLOYBENCH_NVML_GPU": "first"}, None, "DEPLOYBENCH_NVML_GPU='first' is neither"),
+        ({"DEPLOYBENCH_NVML_GPU": "3"}, None, "names GPU 3; NVML sees 1 (0..0)"),
+        ({"DEPLOYBENCH_NVML_GPU": "GPU-ffff"}, None, "names GPU-ffff, none of"),
     ],
 )
-def test_a_gpu_that_cannot_be_read_alone_is_not_measured(fake_nvml, monkeypatch, environ, reason):
-    if "FAKE_NVML_MIG" in environ:  # the library reads its own settings from the process
-        monkeypatch.setenv("FAKE_NVML_MIG", environ.pop("FAKE_NVML_MIG"))
+def test_a_gpu_that_cannot_be_read_alone_is_not_measured(
+    fake_nvml, monkeypatch, environ, gpus, reason
+):
+    standin_settings(monkeypatch, environ)
     with pytest.raises(NotMeasured) as raised:
-        nvml(fake_nvml, **environ)
+        open_meter("nvml", nvml_library=str(fake_nvml), environ=environ, gpus=gpus)
     assert reason in raised.value.reason
 
 

@@ -297,6 +297,8 @@ def test_cuda_or_no_shared_memory_holds_nothing_in_dev_shm(shm, kind):
 
 class FakeServer:
     http_url = "127.0.0.1:8000"
+    metrics_port = 0  # nothing answers there: Triton's energy counter is not measured
+    extra_args = ()
 
     def metadata(self) -> dict[str, str]:
         return {"version": "2.51.0"}
@@ -311,6 +313,16 @@ class FakeServer:
 
     def process_environment(self) -> tuple[dict[str, str], str]:
         return {}, "the stand-in's (no process)"
+
+
+def write_served_configs(repository: Path, models: list[str], on_gpu: bool) -> None:
+    """The served models' config.pbtxt as the repository job writes them, reduced to what the
+    perf job reads back: their instance groups (the GPUs an NVML meter reads)."""
+    kind = "KIND_GPU\n    gpus: [0]" if on_gpu else "KIND_CPU"
+    for model in models:
+        served = repository / model / "config.pbtxt"
+        served.parent.mkdir(parents=True, exist_ok=True)
+        served.write_text(f'name: "{model}"\ninstance_group {{\n    kind: {kind}\n}}\n')
 
 
 def fake_job(monkeypatch, shm_dir: Path) -> list[dict[str, Any]]:
@@ -367,6 +379,7 @@ def test_perf_job_measures_and_records_the_transport_used(
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
     calls = fake_job(monkeypatch, shm_dir)
+    write_served_configs(tmp_path / "repository", [path[0]], on_gpu=path[1] != "cpu")
     out = {
         name: str(tmp_path / name)
         for name in ("offline.csv", "trials.csv", "prov.json", "server.log", "perf.log")
@@ -389,8 +402,14 @@ def test_perf_job_measures_and_records_the_transport_used(
         assert rows and all(
             (row["protocol"], row["shared_memory"]) == (protocol, shared_memory) for row in rows
         )
-    recorded = json.loads(Path(out["prov.json"]).read_text())["config"]["transport"]
+    provenance = json.loads(Path(out["prov.json"]).read_text())["config"]
+    recorded = provenance["transport"]
     assert recorded == spec["transport"]
+    # the second energy meter: the stand-in server has no metrics endpoint, and says so
+    triton = provenance["energy"]["triton"]
+    assert triton["status"].startswith("not measured: Triton's metrics endpoint")
+    assert triton["metrics_interval_ms"] == 2000
+    assert calls[0]["energy"].triton.url is None
     assert (recorded["fallback"] is not None) == fallback
     assert ("CUDA shared memory needs a GPU" in caplog.text) == fallback
     # system shared memory took the machine's lock on the tensors' regions; CUDA none

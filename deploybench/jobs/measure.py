@@ -63,25 +63,50 @@ def served_by(server: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def energy_meter(settings: dict[str, Any]) -> Iterator[tuple[Any, str]]:
+def energy_meter(settings: dict[str, Any], gpus: Any = None) -> Iterator[tuple[Any, str]]:
     """The run's energy meter, open while its trials are measured, and its status: the
     meter's name, or "not measured: <why>" (the meter is then None: the energy columns stay
-    empty, never 0)."""
+    empty, never 0). ``gpus``: the GPUs the server computes on (gpu_identity.ServerGpus; None:
+    none, a server on the CPU), which an NVML meter reads. The counter's update period is
+    measured here, once per job (the meter's ``counter_period_s``)."""
     from ..telemetry import NotMeasured, describe, open_meter
 
     try:
         meter = open_meter(
             settings.get("meter", "none"),
             nvml_library=settings.get("nvml_library", "libnvidia-ml.so.1"),
+            gpus=gpus,
         )
     except NotMeasured as why:
         log.warning("energy %s", describe(why))
         yield None, describe(why)
         return
     try:
+        try:
+            period = meter.measure_counter_period()
+        except NotMeasured as why:
+            log.warning("energy %s", describe(why))
+            yield None, describe(why)
+            return
+        log.info(
+            "energy meter %s: %s; counter updates every %.1f ms",
+            meter.name,
+            meter.facts().get("how_chosen", ""),
+            period * 1000,
+        )
         yield meter, describe(meter)
     finally:
         meter.close()
+
+
+def server_gpus(server: Any, repository: str, models: list[str]) -> Any:
+    """The GPUs ``server`` computes on for ``models``: their instance groups' CUDA ordinals in
+    the server's own environment (gpu_identity.ServerGpus); None where no group is on a GPU."""
+    from ..gpu_identity import server_gpus as of_repository
+
+    environ, _ = server.process_environment()
+    found = of_repository(Path(repository), models, environ)
+    return None if found.ordinals == () else found
 
 
 def _client_timeout(server_settings: dict[str, Any]) -> float:
@@ -251,9 +276,10 @@ def perf(
     )
     from ..server import graceful_signals, held_signals
     from ..tails import records_tensors
-    from ..telemetry import idle_power_w
+    from ..telemetry import NotMeasured, idle_power_w
     from ..transport import of_spec
     from ..triton_client import infer_triton, served_feeds, served_inputs
+    from ..triton_metrics import probe
 
     scenario, run = spec["scenario"], spec["run"]
     model, model_name = spec["model"], spec["model_name"]
@@ -300,7 +326,14 @@ def perf(
             ready_server(repository, server_log, spec["server"]) as server,
             contextlib.ExitStack() as stack,
         ):
-            meter, status = stack.enter_context(energy_meter(energy_settings))
+            # an NVML meter reads the GPUs the served models' instances are placed on
+            served = [model_name, *(spec.get("batch_models") or {}).values()]
+            gpus = (
+                server_gpus(server, repository, served)
+                if energy_settings.get("meter") == "nvml"
+                else None
+            )
+            meter, status = stack.enter_context(energy_meter(energy_settings, gpus))
             server_info = served_by(server)
             # perf_analyzer gets the inputs the served model takes (a native backend serves
             # the artifact's own inputs; see served_feeds).
@@ -320,20 +353,39 @@ def perf(
                 sum(int(output.size) for output in outputs.values()),
             )
 
+            # the second meter: Triton's own energy counter, where the server has one (a CPU
+            # server has none: its trials say why)
+            interval_s = int(energy_settings.get("sample_ms", 100)) / 1000
+            triton = probe(server.metrics_port, server.extra_args, poll_s=interval_s)
+            energy_record["triton"] = triton.record()
+            log.info("%s: second energy meter: %s", label, triton.status)
             # the idle baseline: the server loaded (and past its first request), no load
-            energy = TrialEnergy(status)
+            energy = TrialEnergy(status, triton=triton)
             if meter is not None:
-                interval_s = int(energy_settings.get("sample_ms", 100)) / 1000
                 idle_s = float(energy_settings.get("idle_s", 3))
-                idle = idle_power_w(meter, idle_s, interval_s) if idle_s > 0 else None
+                idle_why = "energy.idle_s 0"
+                try:
+                    idle = idle_power_w(meter, idle_s, interval_s) if idle_s > 0 else None
+                except NotMeasured as why:  # a co-tenant on the GPU meanwhile
+                    idle, idle_why = None, why.reason
                 facts = meter.facts()
-                energy = TrialEnergy(status, meter, interval_s, idle, facts.get("power_limit_w"))
+                energy = TrialEnergy(
+                    status,
+                    meter,
+                    interval_s,
+                    idle,
+                    facts.get("power_limit_w"),
+                    triton,
+                    counter_period_s=meter.counter_period_s,
+                )
                 energy_record |= {"status": status, "idle_power_w": idle, "meter_facts": facts}
+                if idle is None:
+                    energy_record["idle_status"] = f"not measured: {idle_why}"
                 progress.say(
                     "%s: energy from %s; idle %s",
                     label,
                     status,
-                    "not measured (energy.idle_s 0)" if idle is None else f"{idle:.1f} W",
+                    f"not measured ({idle_why})" if idle is None else f"{idle:.1f} W",
                 )
             else:
                 energy_record["status"] = status
