@@ -15,13 +15,14 @@ trial is measured (``perf.measure_point``), and a :class:`Column` entry per valu
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .columns import DERIVED, PERF_COLUMNS, Column, as_written
+from .columns import DERIVED, PERF_COLUMNS, Column, as_written, slowdown_text
 from .errors import PerfError
 
 if TYPE_CHECKING:
@@ -176,33 +177,81 @@ ENERGY = "energy"
 class EnergyOutput:
     """A trial's energy: the meter's telemetry over perf_analyzer's measured windows (None: not
     measured, ``status`` says why), the inferences those windows completed, and the idle power
-    the job measured before its first trial (None: not measured)."""
+    the job measured before its first trial with its 95 % half-width (None: not measured).
+    ``max_slowdown_fraction``: the share of the windows a thermal or hardware slowdown may
+    take before the trial counts as throttled (telemetry.SLOWDOWNS)."""
 
     status: str  # the meter ("nvml", "rapl") or "not measured: <why>"
     telemetry: WindowTelemetry | None
     inferences: int
     idle_power_w: float | None = None
     power_limit_w: float | None = None
+    idle_ci95_w: float | None = None
+    max_slowdown_fraction: float = 0.05
+
+
+# the energy columns the idle baseline sets (idle_values)
+IDLE_KEYS = (
+    "idle_power_w",
+    "idle_power_ci95_w",
+    "energy_above_idle_per_inference_j",
+    "idle_ci95_per_inference_j",
+)
+
+
+def idle_values(
+    energy_per_inference_j: float | None,
+    seconds_per_inference: float | None,
+    idle_power_w: float | None,
+    idle_ci95_w: float | None,
+) -> dict[str, Any]:
+    """The idle baseline's columns of a trial: the idle power and its half-width, the energy
+    above it per inference, (E - P_idle t) / n = E/n - P_idle t/n, and how far the idle's
+    half-width moves that figure, its half-width x t/n (None: not measured, or no interval)."""
+    known = energy_per_inference_j is not None and seconds_per_inference is not None
+    above = share = None
+    if known and idle_power_w is not None:
+        assert energy_per_inference_j is not None and seconds_per_inference is not None
+        above = energy_per_inference_j - idle_power_w * seconds_per_inference
+        if idle_ci95_w is not None and not math.isnan(idle_ci95_w):
+            share = idle_ci95_w * seconds_per_inference
+    values = {
+        "idle_power_w": idle_power_w,
+        "idle_power_ci95_w": None
+        if idle_ci95_w is None or math.isnan(idle_ci95_w) or idle_power_w is None
+        else idle_ci95_w,
+        "energy_above_idle_per_inference_j": above,
+        "idle_ci95_per_inference_j": share,
+    }
+    return {k: None if v is None else as_written(v) for k, v in values.items()}
+
+
+def with_idle(
+    row: Mapping[str, Any], idle_power_w: float | None, idle_ci95_w: float | None
+) -> dict[str, Any]:
+    """A trial's row with the idle baseline's columns set anew from ``idle_power_w`` (± its
+    ``idle_ci95_w``): the baseline known only once the sweep is over (before and after it).
+    A row with no energy keeps its empty columns; t/n is the row's energy per inference over
+    its mean power."""
+    energy, power = row.get("energy_per_inference_j"), row.get("power_mean_w")
+    if energy is None or power is None or not float(power) > 0:
+        return dict(row)
+    per_inference = float(energy) / float(power)
+    return {**row, **idle_values(float(energy), per_inference, idle_power_w, idle_ci95_w)}
 
 
 def energy_values(output: EnergyOutput) -> dict[str, Any]:
     """Every energy column's value (by key) of one trial; None for what was not measured."""
-    from .telemetry import throttle_names  # ctypes and threads: only where energy is measured
+    from .telemetry import POWER_CAP, SLOWDOWNS  # ctypes and threads: only where measured
 
     window = output.telemetry
     values: dict[str, Any] = {"energy_status": output.status}
     if window is None or output.inferences <= 0:
-        return values | {"throttled": None, "throttle_reasons": ""}
-    above = None
-    if output.idle_power_w is not None:
-        above = (window.energy_j - output.idle_power_w * window.seconds) / output.inferences
-    reasons = throttle_names(window.throttle_reasons or 0)
+        return values | {"throttled": None, "throttle_reasons": "", "throttle_source": ""}
     measured = {
         "energy_per_inference_j": window.energy_j / output.inferences,
-        "energy_above_idle_per_inference_j": above,
         "power_mean_w": window.power_mean_w,
         "power_max_w": window.power_max_w,
-        "idle_power_w": output.idle_power_w,
         "sm_clock_mhz": window.sm_clock_mhz,
         "mem_clock_mhz": window.mem_clock_mhz,
         "temperature_c": window.temperature_c,
@@ -210,12 +259,25 @@ def energy_values(output: EnergyOutput) -> dict[str, Any]:
         "gpu_util_pct": window.gpu_util_pct,
         "memory_used_mib": window.memory_used_mib,
     }
+    fractions = window.slowdowns
+    unstable = [fractions[s.name] for s in SLOWDOWNS if s.unstable and s.name in fractions]
+    slowdown = max(unstable) if unstable else None
+    power_cap = fractions.get(POWER_CAP)
     return (
         values
         | {k: None if v is None else as_written(v) for k, v in measured.items()}
+        | idle_values(
+            window.energy_j / output.inferences,
+            window.seconds / output.inferences,
+            output.idle_power_w,
+            output.idle_ci95_w,
+        )
         | {
-            "throttled": bool(reasons) if window.throttle_reasons is not None else None,
-            "throttle_reasons": "; ".join(reasons),
+            "throttle_power_cap_fraction": None if power_cap is None else as_written(power_cap),
+            "throttle_slowdown_fraction": None if slowdown is None else as_written(slowdown),
+            "throttled": None if slowdown is None else slowdown > output.max_slowdown_fraction,
+            "throttle_reasons": slowdown_text(fractions),
+            "throttle_source": "; ".join(dict.fromkeys(window.slowdown_sources.values())),
         }
     )
 

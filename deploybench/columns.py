@@ -13,6 +13,7 @@ a test can extend it. A leaf module: it imports nothing of deploybench.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -95,6 +96,10 @@ class Column:
     chart_label: str | None = None  # its name in the charts; None: not drawn by name
     summary: SummaryCell | None = None  # in `deploybench summary`'s point lines
     of: str | None = None  # an interval column: the column whose half-width it holds
+    # A mean's uncertainty beyond its trials' spread, common to all of them: the trials' mean
+    # of this column (a half-width) is added to the trials' half-width in quadrature (the
+    # idle baseline's share in the energy above it).
+    widened_by: str | None = None
 
     @property
     def perf_analyzer(self) -> str | None:
@@ -164,13 +169,55 @@ def _tail_note(trials: Sequence[Mapping[str, Any]]) -> str:
     return tail_note(early_stopping_bound(latencies, TAIL_PERCENTILE, TAIL_CONFIDENCE))
 
 
+# The slowdown NVML calls "sw power cap": the GPU's normal state at its power limit, reported
+# but no reason to call a point unstable (deploybench.telemetry.SLOWDOWNS)
+POWER_CAP_REASON = "sw power cap"
+
+
+def slowdown_text(fractions: Mapping[str, float]) -> str:
+    """Slowdowns and their fractions as the ``throttle_reasons`` column writes them, the
+    reasons in order, those at 0 left out: "sw power cap 100 %; sw thermal slowdown 10 %"."""
+    return "; ".join(
+        f"{name} {fraction * 100:.3g} %" for name, fraction in fractions.items() if fraction > 0
+    )
+
+
+def slowdown_parts(text: Any) -> dict[str, float]:
+    """The fractions a ``throttle_reasons`` text holds (:func:`slowdown_text`), by reason; a
+    reason written without one (a CSV from before the fractions) as 1."""
+    found: dict[str, float] = {}
+    for part in str(text or "").split("; "):
+        part = part.strip()
+        if not part:
+            continue
+        match = re.fullmatch(r"(.+) ([0-9.e+-]+) %", part)
+        if match:
+            found[match.group(1)] = float(match.group(2)) / 100
+        else:
+            found[part] = 1.0
+    return found
+
+
+def _slowdowns_pooled(trials: Sequence[Mapping[str, Any]]) -> str:
+    """A point's ``throttle_reasons``: each slowdown its trials saw, at the most of the
+    trials' fractions."""
+    found: dict[str, float] = {}
+    for trial in trials:
+        for name, fraction in slowdown_parts(trial.get("throttle_reasons")).items():
+            found[name] = max(found.get(name, 0.0), fraction)
+    return slowdown_text(found)
+
+
 def _energy(
     name: str,
-    aggregate: Aggregate,
+    aggregate: Aggregate | None,
     table: str | None = None,
     kind: Kind = "float",
     interval: bool = False,
     summary: SummaryCell | None = None,
+    pool: Callable[[Sequence[Mapping[str, Any]]], Any] | None = None,
+    widened_by: str | None = None,
+    in_points: bool = True,
 ) -> Column:
     """A value of the trial's energy meter (NVML on a GPU, RAPL on a CPU: deploybench.telemetry)
     over perf_analyzer's measured windows; empty where the meter measured nothing (never 0)."""
@@ -184,6 +231,9 @@ def _energy(
         interval=interval,
         table_label=table,
         summary=summary,
+        pool=pool,
+        widened_by=widened_by,
+        in_points=in_points,
     )
 
 
@@ -268,24 +318,34 @@ DEFINED: tuple[Column, ...] = (
     Column("tail_note", "measurement", kind="str", aggregate="pooled", pool=_tail_note,
            in_trials=False),
     # Energy over the trial's measured windows, from the meter's counter at their two ends;
-    # above idle: less the idle power the job measured before its first trial (the server
-    # loaded, no load) over the same seconds. The GPU's state over the windows beside it.
+    # above idle: less the idle power (the server loaded, no load; read before and after the
+    # sweep) over the same seconds, its interval widened by the idle's. The GPU's state over
+    # the windows beside it.
     _energy("energy_per_inference_j", "mean", "Energy per inference (J)", interval=True,
             summary=SummaryCell("J/infer ± 95 %", 24, interval=True)),
     _energy("energy_above_idle_per_inference_j", "mean", "Energy above idle (J)",
-            interval=True),
+            interval=True, widened_by="idle_ci95_per_inference_j"),
+    # a trial's: the idle's 95 % half-width x the windows' seconds / their inferences
+    _energy("idle_ci95_per_inference_j", None, in_points=False),
     _energy("power_mean_w", "mean", "Mean power (W)"),
     _energy("power_max_w", "max"),
     _energy("idle_power_w", "first"),
+    _energy("idle_power_ci95_w", "first"),
     _energy("sm_clock_mhz", "mean"),
     _energy("mem_clock_mhz", "mean"),
     _energy("temperature_c", "max"),
     _energy("power_limit_w", "first"),
     _energy("gpu_util_pct", "mean"),
     _energy("memory_used_mib", "max"),
-    # a trial in which the GPU throttled (power or thermal; deploybench.telemetry.THROTTLING)
+    # a trial in which a thermal or hardware slowdown held the clocks down for more than
+    # energy.max_slowdown_fraction of the windows (power capping does not count); each
+    # slowdown's fraction of the windows (a point's: the most of its trials'), the power cap's
+    # and the largest slowdown's, and how they were measured (deploybench.telemetry.SLOWDOWNS)
     _energy("throttled", "any", "Throttled", kind="bool"),
-    _energy("throttle_reasons", "union", kind="str"),
+    _energy("throttle_reasons", "pooled", kind="str", pool=_slowdowns_pooled),
+    _energy("throttle_power_cap_fraction", "max"),
+    _energy("throttle_slowdown_fraction", "max"),
+    _energy("throttle_source", "union", kind="str"),
     # the meter ("nvml", "rapl") or "not measured: <why>"; a point: its trials' distinct ones
     _energy("energy_status", "union", kind="str"),
     # A second meter where the server has one: Triton's own nv_energy_consumption (its metrics
@@ -308,8 +368,9 @@ DEFINED: tuple[Column, ...] = (
     Column("measured_s", "measurement", DERIVED, derive=_trial_seconds, aggregate="min"),
     Column("duration_capped", "measurement", kind="bool", aggregate="any",
            table_label="Duration capped"),
-    # A trial's: perf_analyzer called it stable. A point's: every trial stable by perf_analyzer
-    # and the throughput interval within perf.max_ci_pct.
+    # A trial's: perf_analyzer called it stable. A point's: every trial stable by perf_analyzer,
+    # the throughput interval within perf.max_ci_pct, and no thermal or hardware slowdown over
+    # energy.max_slowdown_fraction of a trial (perf.unstable_reason).
     Column("stable", "measurement", kind="bool", aggregate="verdict", table_label="Stable"),
     Column("attempts", "measurement", kind="int", aggregate="sum"),
     # How perf_analyzer reached the server (deploybench.transport): http | grpc, and none |
@@ -318,7 +379,8 @@ DEFINED: tuple[Column, ...] = (
     Column("protocol", "measurement", kind="str"),
     Column("shared_memory", "measurement", kind="str"),
     # Why `stable` is False (empty when it is True): "perf_analyzer did not settle (k of n
-    # trials)", "interval ±x.x % > max_ci_pct y %", or both joined by "; " (perf.unstable_reason).
+    # trials)", "interval ±x.x % > max_ci_pct y %", "GPU thermal or hardware slowdown (...) in
+    # k of n trials", those that hold joined by "; " (perf.unstable_reason).
     # Last: a CSV written before it has every other column in the same place.
     Column("unstable_reason", "measurement", kind="str", aggregate="verdict", in_trials=False),
 )
@@ -369,6 +431,8 @@ def check(columns: Sequence[Column]) -> None:
             raise ValueError(
                 f"column {column.name!r}: aggregate 'pooled' and a `pool` rule go together"
             )
+        if column.widened_by is not None and not column.interval:
+            raise ValueError(f"column {column.name!r}: widened_by widens an interval it has not")
         if column.kind == "list" and (column.in_points or column.in_trials):
             raise ValueError(f"column {column.name!r}: a list is a trial's own, in no CSV")
         if not math.isfinite(column.divisor) or column.divisor == 0:

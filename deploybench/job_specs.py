@@ -129,7 +129,8 @@ class PerfSpec(TypedDict):
     # how perf_analyzer reaches the server: protocol and shared memory used, the configured
     # ones and why they differ (deploybench.transport.planned)
     transport: dict[str, Any]
-    # how its trials read energy (plan.energy_settings): meter, sample_ms, idle_s, nvml_library
+    # how its trials read energy (plan.energy_settings): meter, sample_ms, settle_s, idle_s,
+    # idle_windows, max_slowdown_fraction, nvml_library
     energy: dict[str, Any]
     # the task's data set (accuracy.task.path), where one is configured: a family may draw its
     # perf data from it, as DLE did (Family.perf_inputs)

@@ -34,6 +34,33 @@ TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU
 FEATURE_ENABLED = 1  # nvmlEnableState_t NVML_FEATURE_ENABLED
 DEVICE_MIG_ENABLE = 1  # NVML_DEVICE_MIG_ENABLE
 
+# nvmlPerfPolicyType_t: what held the clocks below the application clocks, and for how long
+# (nvmlDeviceGetViolationStatus)
+PERF_POLICY_POWER = 0  # NVML_PERF_POLICY_POWER: power violations
+PERF_POLICY_THERMAL = 1  # NVML_PERF_POLICY_THERMAL: thermal violations
+PERF_POLICY_BOARD_LIMIT = 3  # NVML_PERF_POLICY_BOARD_LIMIT: the board limit
+PERF_POLICY_RELIABILITY = 5  # NVML_PERF_POLICY_RELIABILITY: the board reliability limit
+
+# NVML field ids (nvml.h `#define NVML_FI_*`), read with nvmlDeviceGetFieldValues
+FI_DEV_PERF_POLICY_POWER = 74  # = NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, in ns
+FI_DEV_PERF_POLICY_BOARD_LIMIT = 77
+FI_DEV_PERF_POLICY_RELIABILITY = 79
+FI_DEV_POWER_INSTANT = 186  # "Current GPU power, supported on all architectures."
+FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN = 269  # ns
+FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN = 270  # ns
+FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN = 271  # ns
+
+# nvmlValueType_t: which member of nvmlValue_t a field value holds
+VALUE_TYPES = {
+    0: "dVal",  # NVML_VALUE_TYPE_DOUBLE
+    1: "uiVal",  # NVML_VALUE_TYPE_UNSIGNED_INT
+    2: "ulVal",  # NVML_VALUE_TYPE_UNSIGNED_LONG
+    3: "ullVal",  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    4: "sllVal",  # NVML_VALUE_TYPE_SIGNED_LONG_LONG
+    5: "siVal",  # NVML_VALUE_TYPE_SIGNED_INT
+    6: "usVal",  # NVML_VALUE_TYPE_UNSIGNED_SHORT
+}
+
 # buffer sizes (nvml.h nvmlConstants): the _V2 sizes are the larger ones
 UUID_BUFFER_SIZE = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
 NAME_BUFFER_SIZE = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -68,6 +95,42 @@ class ProcessInfo(ctypes.Structure):
         ("usedGpuMemory", ctypes.c_ulonglong),
         ("gpuInstanceId", ctypes.c_uint),
         ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+class ViolationTime(ctypes.Structure):
+    """nvmlViolationTime_t: ``referenceTime``, a CPU timestamp in microseconds;
+    ``violationTime``, how long the policy held the clocks down, in nanoseconds (cumulative)."""
+
+    _fields_ = [("referenceTime", ctypes.c_ulonglong), ("violationTime", ctypes.c_ulonglong)]
+
+
+class Value(ctypes.Union):
+    """nvmlValue_t."""
+
+    _fields_ = [
+        ("dVal", ctypes.c_double),
+        ("siVal", ctypes.c_int),
+        ("uiVal", ctypes.c_uint),
+        ("ulVal", ctypes.c_ulong),
+        ("ullVal", ctypes.c_ulonglong),
+        ("sllVal", ctypes.c_longlong),
+        ("usVal", ctypes.c_ushort),
+    ]
+
+
+class FieldValue(ctypes.Structure):
+    """nvmlFieldValue_t: ``fieldId`` (and ``scopeId``) set before the call; ``nvmlReturn``
+    says whether ``value`` (of ``valueType``) holds the field."""
+
+    _fields_ = [
+        ("fieldId", ctypes.c_uint),
+        ("scopeId", ctypes.c_uint),
+        ("timestamp", ctypes.c_longlong),
+        ("latencyUsec", ctypes.c_longlong),
+        ("valueType", ctypes.c_int),
+        ("nvmlReturn", ctypes.c_int),
+        ("value", Value),
     ]
 
 
@@ -192,6 +255,39 @@ class Nvml:
         """The board's power draw in mW (a 1 s average on Ampere, except GA100, and later;
         instantaneous on GA100 and older: nvml.h)."""
         return self._uint("nvmlDeviceGetPowerUsage", device)
+
+    def field_values(self, device: Device, fields: list[int]) -> dict[int, float | None]:
+        """Each of ``fields`` (NVML field ids) as ``nvmlDeviceGetFieldValues`` answers it; None
+        for a field this driver or GPU does not give (its own ``nvmlReturn`` is not success:
+        an unknown id, NOT_SUPPORTED), or for all where the driver lacks the call."""
+        values = (FieldValue * len(fields))()
+        for value, field in zip(values, fields, strict=True):
+            value.fieldId = field
+        if not self._call("nvmlDeviceGetFieldValues", device, ctypes.c_int(len(fields)), values):
+            return dict.fromkeys(fields)
+        found: dict[int, float | None] = {}
+        for value, field in zip(values, fields, strict=True):
+            member = VALUE_TYPES.get(value.valueType)
+            ok = value.nvmlReturn == SUCCESS and member is not None
+            found[field] = getattr(value.value, member) if ok and member else None
+        return found
+
+    def power_instant_mw(self, device: Device) -> float | None:
+        """The board's power now (``NVML_FI_DEV_POWER_INSTANT``: "Current GPU power, supported
+        on all architectures"), in mW as nvmlDeviceGetPowerUsage's (nvml.h states no unit for
+        the field); None where the driver does not give the field."""
+        return self.field_values(device, [FI_DEV_POWER_INSTANT])[FI_DEV_POWER_INSTANT]
+
+    def violation_ns(self, device: Device, policy: int) -> int | None:
+        """How long ``policy`` (nvmlPerfPolicyType_t) has held the clocks below the application
+        clocks, in ns, cumulative (``nvmlDeviceGetViolationStatus``; nvml.h 13 deprecates it
+        for the field values, "removed in CUDA 14.0"); None where the driver lacks it or the
+        GPU does not count it."""
+        violation = ViolationTime()
+        found = self._call(
+            "nvmlDeviceGetViolationStatus", device, ctypes.c_int(policy), ctypes.byref(violation)
+        )
+        return int(violation.violationTime) if found else None
 
     def enforced_power_limit_mw(self, device: Device) -> int | None:
         return self._uint("nvmlDeviceGetEnforcedPowerLimit", device)

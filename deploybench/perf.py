@@ -40,7 +40,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,10 +64,13 @@ from .columns import (  # noqa: F401 - LATENCY_COLUMNS, MEASURED: perf's names t
     LATENCY_COLUMNS,
     MEASURED,
     PERF_COLUMNS,
+    POWER_CAP_REASON,
     Column,
     as_written,
     interval_columns,
     measured_seconds,
+    slowdown_parts,
+    slowdown_text,
 )
 from .errors import DataError, PerfError
 from .process import die_with_parent
@@ -177,6 +180,11 @@ class TrialEnergy:
     # how often the meter's counter updates (s), measured once per job; a window shorter than
     # telemetry.MIN_COUNTER_PERIODS of it is not measured (telemetry.window_refusal)
     counter_period_s: float | None = None
+    # the idle power's 95 % half-width (None: none), which widens the interval above it
+    idle_ci95_w: float | None = None
+    # the share of a trial's windows a thermal or hardware slowdown may take before the trial
+    # counts as throttled, its point unstable (energy.max_slowdown_fraction)
+    max_slowdown_fraction: float = 0.05
 
 
 NOT_MEASURED = TrialEnergy("not measured: no energy meter configured")
@@ -604,6 +612,8 @@ def measure_point(
                         inferences,
                         energy.idle_power_w,
                         energy.power_limit_w,
+                        energy.idle_ci95_w,
+                        energy.max_slowdown_fraction,
                     ),
                     TRITON_METRICS: TritonMetricsOutput(triton_status, triton_j, inferences),
                 }
@@ -715,8 +725,10 @@ def unstable_reason(
 ) -> str:
     """Why a point is not stable ("" when it is): perf_analyzer did not settle in some of its
     trials (it was measured once more with its criterion off), and/or (with two trials or
-    more) the throughput's 95 % interval is wider than ``max_ci_pct`` % of the mean, and/or the
-    GPU throttled (power or thermal) in some trials (``throttled``: each such trial's reasons)."""
+    more) the throughput's 95 % interval is wider than ``max_ci_pct`` % of the mean, and/or a
+    thermal or hardware slowdown held the GPU's clocks down for more than
+    ``energy.max_slowdown_fraction`` of some trials (``throttled``: each such trial's
+    ``throttle_reasons``; its power capping is left out of the reason)."""
     reasons = []
     if trials_unsettled:
         reasons.append(f"perf_analyzer did not settle ({trials_unsettled} of {trials} trials)")
@@ -725,8 +737,15 @@ def unstable_reason(
         shown = "not known (mean 0)" if math.isnan(width) else f"±{width:.1f} %"
         reasons.append(f"interval {shown} > max_ci_pct {max_ci_pct:g} %")
     if throttled:
-        names = joined_distinct(throttled)
-        reasons.append(f"GPU throttled ({names}) in {len(throttled)} of {trials} trials")
+        found: dict[str, float] = {}
+        for text in throttled:
+            for name, fraction in slowdown_parts(text).items():
+                if name != POWER_CAP_REASON:
+                    found[name] = max(found.get(name, 0.0), fraction)
+        names = slowdown_text(found) or joined_distinct(throttled)
+        reasons.append(
+            f"GPU thermal or hardware slowdown ({names}) in {len(throttled)} of {trials} trials"
+        )
     return "; ".join(reasons)
 
 
@@ -739,8 +758,9 @@ def summarize(
     its :class:`Column`'s ``aggregate`` says: the mean of every measured value (its 95 %
     half-width beside it where it has an interval column; empty with one trial), the sums,
     minima and flags of how the point was measured. ``stable``: perf_analyzer called every
-    trial stable, and (with two trials or more) the throughput interval is within
-    ``max_ci_pct`` % of the mean; ``unstable_reason`` says which failed
+    trial stable, (with two trials or more) the throughput interval is within ``max_ci_pct`` %
+    of the mean, and no trial had a thermal or hardware slowdown over
+    ``energy.max_slowdown_fraction``; ``unstable_reason`` says which failed
     (:func:`unstable_reason`). The run's columns (and the transport's) are the job's to add."""
     by_point: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for row in trial_rows:
@@ -763,7 +783,8 @@ def summarize(
                 iv = means[column.name] = stats.interval(numbers)
                 point[column.name] = as_written(iv.mean)
                 if column.name in intervals_of:
-                    half = None if math.isnan(iv.half_width) else as_written(iv.half_width)
+                    width = widened(iv.half_width, column.widened_by, rows)
+                    half = None if math.isnan(width) else as_written(width)
                     point[intervals_of[column.name]] = half
             elif column.aggregate == "pooled":
                 assert column.pool is not None  # columns.check
@@ -779,6 +800,18 @@ def summarize(
         point |= {"stable": not reason, "unstable_reason": reason}
         summary.append({c.name: point[c.name] for c in columns if c.name in point})
     return summary
+
+
+def widened(half_width: float, by: str | None, rows: Sequence[Mapping[str, Any]]) -> float:
+    """A mean's half-width over its trials, with the trials' mean of the column ``by`` (an
+    uncertainty common to every trial: Column.widened_by) added in quadrature where every
+    trial has it; NaN stays NaN (one trial: no interval)."""
+    if by is None or math.isnan(half_width):
+        return half_width
+    extra = [float(v) for r in rows if (v := r.get(by)) is not None]
+    if not extra or len(extra) < len(rows):
+        return half_width
+    return math.hypot(half_width, sum(extra) / len(extra))
 
 
 def aggregate(column: Column, values: list[Any]) -> Any:

@@ -410,7 +410,10 @@ def energy_settings(config: Mapping[str, Any], run: Run) -> dict[str, Any]:
     return {
         "meter": meter,
         "sample_ms": int(energy.get("sample_ms", 100)),
-        "idle_s": float(energy.get("idle_s", 3)),
+        "settle_s": float(energy.get("settle_s", 10)),
+        "idle_s": float(energy.get("idle_s", 10)),
+        "idle_windows": int(energy.get("idle_windows", 5)),
+        "max_slowdown_fraction": float(energy.get("max_slowdown_fraction", 0.05)),
         "nvml_library": str(energy.get("nvml_library", "libnvidia-ml.so.1")),
     }
 

@@ -618,8 +618,9 @@ def energy_note(
     offline: pd.DataFrame, online: pd.DataFrame, provenance: Mapping[str, Any] | None = None
 ) -> str:
     """What the run's energy columns hold: which meter's counter measured them (NVML's board
-    energy, RAPL's package energy) and the idle power, or why nothing did; the points the GPU
-    throttled in (also unstable: ``unstable_reason`` says so)."""
+    energy, RAPL's package energy) and the idle power, or why nothing did; the points a thermal
+    or hardware slowdown held down (also unstable: ``unstable_reason`` says so), and those held
+    at the power limit (reported only)."""
     scenarios = {"offline": offline, "online": online}
     measured_rows = {s: _with_energy(f) for s, f in scenarios.items()}
     both = pd.concat(measured_rows.values(), ignore_index=True)
@@ -632,10 +633,13 @@ def energy_note(
             "and divided by the inferences they completed (the trials' mean ± 95 %); above "
             "idle: less the idle power over the same seconds."
         )
-        idle = _watts(both, "idle_power_w", "{:.1f} W")
+        idle = _idle(both)
         limit = _watts(both, "power_limit_w", "{:.0f} W")
         said = (
-            f"Idle power {idle} (the server loaded, no load)" if idle else "Idle power not measured"
+            f"Idle power {idle} (the server loaded, no load; the above-idle intervals carry "
+            "its uncertainty)"
+            if idle
+            else "Idle power not measured"
         )
         sentences.append(said + (f"; power limit {limit}." if limit else "."))
         facts = ((provenance or {}).get("energy") or {}).get("meter_facts") or {}
@@ -650,9 +654,22 @@ def energy_note(
             if _true(row.get("throttled"))
         ]
         if throttled:
-            sentences.append(f"Throttled (power or thermal), so unstable: {'; '.join(throttled)}.")
+            sentences.append(
+                f"A thermal or hardware slowdown, so unstable: {'; '.join(throttled)}."
+            )
         elif "throttled" in both.columns and both["throttled"].notna().any():
-            sentences.append("No point throttled.")
+            sentences.append("No thermal or hardware slowdown.")
+        capped = [
+            f"{scenario} {_point_name(row)} ({fraction * 100:.3g} % of the windows)"
+            for scenario, frame in measured_rows.items()
+            for row in frame.to_dict("records")
+            if (fraction := _fraction(row.get("throttle_power_cap_fraction"))) > 0
+        ]
+        if capped:
+            sentences.append(
+                "Held at the power limit (sw power cap; reported, not a reason to call a point "
+                f"unstable): {'; '.join(capped)}."
+            )
     for scenario, frame in scenarios.items():
         reasons = not_measured(frame)
         if reasons:
@@ -676,6 +693,23 @@ def _watts(frame: pd.DataFrame, column: str, form: str) -> str:
     """The distinct values of a watts column, formatted, joined; "" when it has none."""
     values = pd.to_numeric(_column(frame, column), errors="coerce").dropna()
     return ", ".join(sorted({form.format(v) for v in values}))
+
+
+def _idle(frame: pd.DataFrame) -> str:
+    """The distinct idle powers of the rows, each with its 95 % half-width where it has one."""
+    said = set()
+    for row in frame.to_dict("records"):
+        power = pd.to_numeric(row.get("idle_power_w"), errors="coerce")
+        if pd.isna(power):
+            continue
+        half = pd.to_numeric(row.get("idle_power_ci95_w"), errors="coerce")
+        said.add(f"{power:.1f} W" if pd.isna(half) else f"{power:.1f} ± {half:.1f} W")
+    return ", ".join(sorted(said))
+
+
+def _fraction(value: Any) -> float:
+    number = pd.to_numeric(value, errors="coerce")
+    return 0.0 if pd.isna(number) else float(number)
 
 
 def _point_name(row: Mapping[str, Any]) -> str:

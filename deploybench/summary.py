@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .chart_names import RUN_CHARTS
-from .columns import INTERVAL_COLUMNS, PERF_COLUMNS, SUMMARY_CELLS, SummaryCell
+from .columns import (
+    INTERVAL_COLUMNS,
+    PERF_COLUMNS,
+    POWER_CAP_REASON,
+    SUMMARY_CELLS,
+    SummaryCell,
+    slowdown_parts,
+)
 from .errors import ResultsError
 from .partial import SUFFIX as PARTIAL_SUFFIX
 from .progress import count
@@ -249,7 +256,8 @@ def shown_cells(rows: Sequence[dict[str, str]]) -> dict[str, SummaryCell]:
 
 def energy_line(rows: Sequence[dict[str, str]]) -> str | None:
     """What measured the scenario's energy and the idle power, or why nothing did; the points
-    the GPU throttled in. None without points."""
+    a thermal or hardware slowdown held down, and those held at the power limit. None without
+    points."""
     if not rows:
         return None
     measured = [r for r in rows if not math.isnan(_number(r.get(ENERGY)))]
@@ -258,7 +266,13 @@ def energy_line(rows: Sequence[dict[str, str]]) -> str | None:
     if measured:
         parts.append(", ".join(METERS.get(m, m) for m in meters))
         idle = sorted(
-            {f"{v:.1f} W" for r in measured if not math.isnan(v := _number(r.get("idle_power_w")))}
+            {
+                f"{v:.1f} W"
+                if math.isnan(h := _number(r.get("idle_power_ci95_w")))
+                else f"{v:.1f} ± {h:.1f} W"
+                for r in measured
+                if not math.isnan(v := _number(r.get("idle_power_w")))
+            }
         )
         parts.append(f"idle {', '.join(idle)}" if idle else "idle power not measured")
         throttled = [r for r in measured if str(r.get("throttled")).lower() == "true"]
@@ -266,11 +280,14 @@ def energy_line(rows: Sequence[dict[str, str]]) -> str | None:
             reasons = dict.fromkeys(
                 why
                 for r in throttled
-                for why in str(r.get("throttle_reasons") or "").split("; ")
-                if why
+                for why in slowdown_parts(r.get("throttle_reasons"))
+                if why != POWER_CAP_REASON
             )
             said = f" ({', '.join(reasons)})" if reasons else ""
-            parts.append(f"throttled at {count(len(throttled), 'point')}{said}")
+            parts.append(f"thermal or hardware slowdown at {count(len(throttled), 'point')}{said}")
+        capped = [r for r in measured if _number(r.get("throttle_power_cap_fraction")) > 0]
+        if capped:
+            parts.append(f"power-capped at {count(len(capped), 'point')} (reported only)")
     lacking = [r for r in rows if math.isnan(_number(r.get(ENERGY)))]
     if lacking:
         reasons = dict.fromkeys(_not_measured(r) for r in lacking)

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import re
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .columns import POWER_CAP_REASON
 from .errors import ConfigError, DeploybenchError
+from .stats import Interval, interval
 
 if TYPE_CHECKING:  # 3.11: jobs run on the V100 images' Python 3.10 too
     from typing_extensions import Self
@@ -38,17 +41,48 @@ GPU_ENV = "DEPLOYBENCH_NVML_GPU"
 NO_ENERGY_COUNTER = "NVML: the GPU has no total-energy counter (Volta and later have one)"
 MIG_INSTANCE = "MIG instance: NVML's energy counter is the whole GPU's, shared with other instances"
 
-# NVML's clocks event (throttle) reasons that mean the GPU ran slower than it could for power
-# or heat (nvml.h nvmlClocksEventReason*, NVIDIA/go-nvml v0.13.3-0 gen/nvml/nvml.h). Not
-# throttling: 0x1 GPU idle, 0x2 applications clocks setting, 0x10 sync boost, 0x100 display
-# clock setting.
-THROTTLING: dict[int, str] = {
-    0x4: "sw power cap",
-    0x8: "hw slowdown",
-    0x20: "sw thermal slowdown",
-    0x40: "hw thermal slowdown",
-    0x80: "hw power brake slowdown",
-}
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A reason NVML gives for clocks held below what the GPU could run at, and how it is
+    measured over a window: NVML's violation-time counter (ns the reason held the clocks down,
+    cumulative: ``nvmlDeviceGetViolationStatus`` of ``policy``, else the field ``field``)
+    differenced over the window, else the fraction of the sampler's readings whose
+    clocks-event-reasons bitmask has ``bit``. ``unstable``: a thermal or hardware slowdown,
+    which above ``energy.max_slowdown_fraction`` of a trial makes its point unstable; power
+    capping is the GPU's normal state at its power limit, reported only."""
+
+    name: str
+    bit: int | None  # nvmlClocksEventReason*
+    policy: int | None  # nvmlPerfPolicyType_t
+    field: int | None  # NVML_FI_DEV_*, in ns
+    unstable: bool
+
+
+# nvml.h (NVIDIA/go-nvml 2f9e261, pkg/nvml/nvml.h): the nvmlClocksEventReason* bits, the
+# nvmlPerfPolicyType_t values and the NVML_FI_DEV_* field ids (nvml.h's translation of the
+# deprecated nvmlDeviceGetViolationStatus's policies into fields). Not slowdowns: 0x1 GPU idle,
+# 0x2 applications clocks setting, 0x10 sync boost, 0x100 display clock setting, and the
+# policies SYNC_BOOST (2) and LOW_UTILIZATION (4).
+SLOWDOWNS: tuple[Slowdown, ...] = (
+    # "Software power cap activated": the clocks kept so that the power stays under its limit
+    Slowdown(POWER_CAP_REASON, 0x4, 0, 74, unstable=False),  # NVML_PERF_POLICY_POWER
+    # "HW Slowdown (reducing the core clocks by a factor of 2 or more)": heat, an external power
+    # brake, Fast Trigger protection; no counter of its own
+    Slowdown("hw slowdown", 0x8, None, None, unstable=True),
+    Slowdown("sw thermal slowdown", 0x20, 1, 269, unstable=True),  # NVML_PERF_POLICY_THERMAL
+    Slowdown("hw thermal slowdown", 0x40, None, 270, unstable=True),
+    Slowdown("hw power brake slowdown", 0x80, None, 271, unstable=True),
+    # "How long did the board limit / the board reliability limit cause the GPU to be below
+    # application clocks": no clocks-event bit
+    Slowdown("board limit", None, 3, 77, unstable=True),  # NVML_PERF_POLICY_BOARD_LIMIT
+    Slowdown("reliability", None, 5, 79, unstable=True),  # NVML_PERF_POLICY_RELIABILITY
+)
+POWER_CAP = SLOWDOWNS[0].name
+# the bits the sampler falls back to, by name
+THROTTLING: dict[int, str] = {s.bit: s.name for s in SLOWDOWNS if s.bit is not None}
+BY_COUNTERS = "violation counters"
+BY_SAMPLES = "clock-event samples"
 
 
 def throttle_names(bits: int) -> list[str]:
@@ -81,6 +115,9 @@ class Sample:
     # processes of no one in this job computing on a metered GPU ("pid 4242 (python3) on
     # GPU-..."); None where the meter cannot list them
     sharing: tuple[str, ...] | None = None
+    # each slowdown's violation-time counter (ns, cumulative), one per metered GPU, for the
+    # slowdowns the GPUs count (SLOWDOWNS); None for a GPU that stopped answering
+    violation_ns: Mapping[str, tuple[int | None, ...]] | None = None
 
 
 # The counter's update period, measured once per job (Meter.measure_counter_period): polled
@@ -182,6 +219,13 @@ class Gpu:
     nvml_index: int | None
 
 
+POWER_INSTANT = "NVML_FI_DEV_POWER_INSTANT (instantaneous)"
+POWER_AVERAGED = (
+    "nvmlDeviceGetPowerUsage (a 1-s average on Ampere, except GA100, and later; "
+    "instantaneous before)"
+)
+
+
 class NvmlMeter(Meter):
     """The GPUs a server computes on, through NVML, their counters summed (:func:`choose_gpus`
     says which). Raises NotMeasured where NVML, a GPU or its energy counter is missing, a GPU
@@ -226,6 +270,53 @@ class NvmlMeter(Meter):
         self._limit_w = None if None in limits else sum(v or 0 for v in limits) / 1000
         self._own = {os.getpid()}  # this job's processes: it, the server, its stubs, clients
         self._listed = True  # whether the driver lists the GPUs' processes
+        # power: the instantaneous field where every metered GPU gives it, else
+        # nvmlDeviceGetPowerUsage (a 1-s average on Ampere, except GA100, and later: nvml.h)
+        self._warned: set[str] = set()
+        self._instant = all(
+            self._optional("the instantaneous power", nvml.power_instant_mw, g.device) is not None
+            for g in self._gpus
+        )
+        # each slowdown's counter, per GPU: ("policy", n) or ("field", id); a slowdown some
+        # metered GPU does not count is read from the clock-event bits
+        self._counters: dict[str, list[tuple[str, int]]] = {}
+        for slowdown in SLOWDOWNS:
+            ways = [self._counter_of(g, slowdown) for g in self._gpus]
+            if all(w is not None for w in ways):
+                self._counters[slowdown.name] = [w for w in ways if w is not None]
+        # the fields each GPU is read for at every reading, in one call
+        self._fields = [
+            sorted({ways[n][1] for ways in self._counters.values() if ways[n][0] == "field"})
+            for n in range(len(self._gpus))
+        ]
+
+    def _counter_of(self, gpu: Gpu, slowdown: Slowdown) -> tuple[str, int] | None:
+        """How ``gpu`` counts ``slowdown``'s violation time: nvmlDeviceGetViolationStatus of
+        its policy, else its field; None where it counts it neither way."""
+        nvml, what = self._nvml, f"the {slowdown.name} counter"
+        if (
+            slowdown.policy is not None
+            and self._optional(what, nvml.violation_ns, gpu.device, slowdown.policy) is not None
+        ):
+            return ("policy", slowdown.policy)
+        if slowdown.field is not None:
+            found = self._optional(what, nvml.field_values, gpu.device, [slowdown.field]) or {}
+            if found.get(slowdown.field) is not None:
+                return ("field", slowdown.field)
+        return None
+
+    def _optional(self, what: str, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``, or None where NVML fails it: a slowdown counter or the
+        instantaneous power is worth no trial's energy (the log says so, once)."""
+        from .nvml import NvmlError
+
+        try:
+            return call(*args)
+        except NvmlError as error:
+            if what not in self._warned:
+                self._warned.add(what)
+                log.warning("energy: %s not read: %s", what, error)
+            return None
 
     @property
     def uuids(self) -> list[str]:
@@ -248,8 +339,14 @@ class NvmlMeter(Meter):
         nvml, gpus = self._nvml, self._gpus
         before = time.time_ns()
         energy = sum(v for _, v in self.counters())
+        violations = self._violations()
         after = time.time_ns()
-        power = [nvml.power_usage_mw(g.device) for g in gpus]
+        power = [
+            self._optional("the instantaneous power", nvml.power_instant_mw, g.device)
+            if self._instant
+            else nvml.power_usage_mw(g.device)
+            for g in gpus
+        ]
         rates = [nvml.utilization(g.device) for g in gpus]
         memory = [nvml.memory_info(g.device) for g in gpus]
         reasons = [nvml.clocks_event_reasons(g.device) for g in gpus]
@@ -266,7 +363,30 @@ class NvmlMeter(Meter):
             else sum(m.used for m in memory if m is not None) / 2**20,
             throttle_reasons=None if None in reasons else _or(reasons),
             sharing=self.sharing(),
+            violation_ns=violations,
         )
+
+    def _violations(self) -> dict[str, tuple[int | None, ...]]:
+        """Each counted slowdown's violation time (ns) on each metered GPU, now."""
+        nvml = self._nvml
+        fields = [
+            (self._optional("the violation fields", nvml.field_values, g.device, ids) or {})
+            if ids
+            else {}
+            for g, ids in zip(self._gpus, self._fields, strict=True)
+        ]
+        found: dict[str, tuple[int | None, ...]] = {}
+        for name, ways in self._counters.items():
+            values: list[int | None] = []
+            for gpu, (kind, which), read in zip(self._gpus, ways, fields, strict=True):
+                value = (
+                    self._optional(f"the {name} counter", nvml.violation_ns, gpu.device, which)
+                    if kind == "policy"
+                    else read.get(which)
+                )
+                values.append(None if value is None else int(value))
+            found[name] = tuple(values)
+        return found
 
     def sharing(self) -> tuple[str, ...] | None:
         """The processes on the metered GPUs that are not this job's (its process and its
@@ -328,7 +448,20 @@ class NvmlMeter(Meter):
             if self.counter_period_s is None
             else round(self.counter_period_s * 1000, 1),
             "processes_listed": self._listed,
+            "power_reading": POWER_INSTANT if self._instant else POWER_AVERAGED,
+            "slowdown_counters": {s.name: self._describe_counter(s.name) for s in SLOWDOWNS},
         }
+
+    def _describe_counter(self, name: str) -> str:
+        ways = self._counters.get(name)
+        if ways is None:
+            bit = next(s.bit for s in SLOWDOWNS if s.name == name)
+            return f"{BY_SAMPLES} (bit {bit:#x})" if bit is not None else "not counted by this GPU"
+        said = dict.fromkeys(
+            f"nvmlDeviceGetViolationStatus policy {i}" if kind == "policy" else f"field {i}"
+            for kind, i in ways
+        )
+        return "; ".join(said)
 
     def close(self) -> None:
         self._nvml.shutdown()
@@ -687,18 +820,60 @@ class WindowTelemetry:
     samples: int  # the samples the statistics are over
     # the processes not the job's that computed on a metered GPU (in or around the window)
     sharing: tuple[str, ...] = ()
+    # each slowdown measured (SLOWDOWNS, by name): the fraction of the window it held the
+    # clocks down (the most of the metered GPUs'), and how it was measured (BY_COUNTERS or
+    # BY_SAMPLES)
+    slowdowns: Mapping[str, float] = field(default_factory=dict)
+    slowdown_sources: Mapping[str, str] = field(default_factory=dict)
 
 
 def _energy_at(samples: Sequence[Sample], t: int) -> float:
     """The counter at ``t``, linear between the samples around it (within their span)."""
+    return _at(samples, t, lambda s: s.energy_j)
+
+
+def _at(samples: Sequence[Sample], t: int, value: Callable[[Sample], float]) -> float:
+    """A counter of the samples (``value``) at ``t``, linear between the samples around it."""
     for a, b in itertools.pairwise(samples):
         if a.time_ns <= t <= b.time_ns:
             if b.time_ns == a.time_ns:
-                return a.energy_j
-            return a.energy_j + (b.energy_j - a.energy_j) * (t - a.time_ns) / (
-                b.time_ns - a.time_ns
-            )
+                return value(a)
+            return value(a) + (value(b) - value(a)) * (t - a.time_ns) / (b.time_ns - a.time_ns)
     raise AssertionError("unreachable: t within the samples' span")
+
+
+def slowdown_fractions(
+    samples: Sequence[Sample], inside: Sequence[Sample], start_ns: int, end_ns: int
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Each slowdown's fraction of [start_ns, end_ns] and how it was measured: its violation
+    counters, interpolated at both ends as the energy counter is, differenced, over the
+    window's nanoseconds (the most of the GPUs', within 0..1), where every sample has them;
+    else the fraction of the readings ``inside`` the window whose bitmask has its bit; neither:
+    not measured (left out)."""
+    fractions: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    length = end_ns - start_ns
+    bits = [s.throttle_reasons for s in inside if s.throttle_reasons is not None]
+    for slowdown in SLOWDOWNS:
+        name = slowdown.name
+        counted = [(s.violation_ns or {}).get(name) for s in samples]
+        if all(c is not None and None not in c for c in counted):
+            gpus = len(counted[0] or ())
+            per_gpu = []
+            for gpu in range(gpus):
+
+                def held(s: Sample, name: str = name, gpu: int = gpu) -> float:
+                    return float((s.violation_ns or {})[name][gpu] or 0)
+
+                per_gpu.append((_at(samples, end_ns, held) - _at(samples, start_ns, held)) / length)
+            if per_gpu:
+                fractions[name] = min(1.0, max(0.0, max(per_gpu)))
+                sources[name] = BY_COUNTERS
+                continue
+        if slowdown.bit is not None and bits:
+            fractions[name] = sum(1 for b in bits if b & slowdown.bit) / len(bits)
+            sources[name] = BY_SAMPLES
+    return fractions, sources
 
 
 def window(samples: Sequence[Sample], start_ns: int, end_ns: int) -> WindowTelemetry:
@@ -761,6 +936,7 @@ def window(samples: Sequence[Sample], start_ns: int, end_ns: int) -> WindowTelem
         bits = 0
         for r in reasons:
             bits |= r
+    slowdowns, sources = slowdown_fractions(samples, inside, start_ns, end_ns)
     return WindowTelemetry(
         start_ns=start_ns,
         end_ns=end_ns,
@@ -776,6 +952,8 @@ def window(samples: Sequence[Sample], start_ns: int, end_ns: int) -> WindowTelem
         throttle_reasons=bits,
         samples=len(inside),
         sharing=sharing,
+        slowdowns=slowdowns,
+        slowdown_sources=sources,
     )
 
 
@@ -797,16 +975,97 @@ def window_refusal(telemetry: WindowTelemetry, period_s: float | None) -> str | 
     return None
 
 
-def idle_power_w(meter: Meter, seconds: float, interval_s: float) -> float:
-    """The meter's power over ``seconds`` of no load: its counter's increase over the time,
-    read every ``interval_s`` (so that a RAPL counter's wrap is seen). NotMeasured where
-    another process computed on a metered GPU meanwhile."""
+@dataclass(frozen=True)
+class IdleRead:
+    """One idle read: the meter's power over each of its equal windows of no load (W), and
+    the read's seconds. Its power is their mean, with the 95 % half-width over the windows
+    (Student's t, deploybench.stats)."""
+
+    windows_w: tuple[float, ...]
+    seconds: float
+
+    @property
+    def interval(self) -> Interval:
+        return interval(self.windows_w)
+
+    def record(self) -> dict[str, Any]:
+        """For the run's provenance (``config.energy.idle``)."""
+        iv = self.interval
+        return {
+            "status": "measured",
+            "power_w": round(iv.mean, 4),
+            "ci95_w": None if math.isnan(iv.half_width) else round(iv.half_width, 4),
+            "windows_w": [round(w, 4) for w in self.windows_w],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def read_idle(
+    meter: Meter,
+    seconds: float,
+    windows: int,
+    interval_s: float,
+    settle_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> IdleRead:
+    """The meter's power over ``seconds`` of no load, after ``settle_s`` more of them (the
+    clocks and the power coming down from the last load), as ``windows`` equal windows, each
+    the counter's increase over its seconds (:func:`window`), read every ``interval_s`` (so
+    that a RAPL counter's wrap is seen). NotMeasured where another process computed on a
+    metered GPU meanwhile, or a window is too short for the counter's steps or saw it stand
+    still (:func:`window_refusal`)."""
     if not seconds > 0:
         raise ConfigError(f"the idle baseline needs a duration > 0 s, not {seconds}")
+    if windows < 2:
+        raise ConfigError(
+            f"the idle baseline needs 2 windows or more for an interval, not {windows}"
+        )
+    if settle_s > 0:
+        sleep(settle_s)
     with Sampler(meter, interval_s) as sampler:
-        time.sleep(seconds)
-    sharing = dict.fromkeys(p for s in sampler.samples for p in s.sharing or ())
+        sleep(seconds)
+    samples = sampler.samples
+    sharing = dict.fromkeys(p for s in samples for p in s.sharing or ())
     if sharing:
         raise NotMeasured(f"{SHARED_GPU}: {'; '.join(sharing)}")
-    first, last = sampler.samples[0], sampler.samples[-1]
-    return (last.energy_j - first.energy_j) / ((last.time_ns - first.time_ns) / 1e9)
+    start, end = samples[0].time_ns, samples[-1].time_ns
+    edges = [start + (end - start) * k // windows for k in range(windows + 1)]
+    powers = []
+    for a, b in itertools.pairwise(edges):
+        telemetry = window(samples, a, b)
+        refused = window_refusal(telemetry, meter.counter_period_s)
+        if refused:
+            raise NotMeasured(f"idle baseline: {refused}")
+        powers.append(telemetry.power_mean_w)
+    return IdleRead(tuple(powers), (end - start) / 1e9)
+
+
+@dataclass(frozen=True)
+class IdleBaseline:
+    """The idle power that "above idle" takes away, with its 95 % half-width (NaN: none), and
+    which reads it comes from."""
+
+    power_w: float
+    half_width_w: float
+    source: str
+
+
+def idle_baseline(before: IdleRead | None, after: IdleRead | None) -> IdleBaseline | None:
+    """The idle power of the reads there are: the one read's mean and half-width; with both,
+    the mean of the two, its half-width the two reads' half-widths (each halved, as the mean
+    halves them) and half their difference added in quadrature: the idle while the trials ran
+    may lie anywhere between the two. None without a read."""
+    if before is None and after is None:
+        return None
+    if before is None or after is None:
+        read = before or after
+        assert read is not None
+        iv = read.interval
+        return IdleBaseline(
+            iv.mean, iv.half_width, "before the sweep" if before else "after the sweep"
+        )
+    a, b = before.interval, after.interval
+    half = math.sqrt(
+        (a.half_width / 2) ** 2 + (b.half_width / 2) ** 2 + ((a.mean - b.mean) / 2) ** 2
+    )
+    return IdleBaseline((a.mean + b.mean) / 2, half, "the mean of before and after the sweep")

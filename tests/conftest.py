@@ -246,10 +246,17 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_tft_train_checkpoint(wd / SMOKE_TFT_CHECKPOINT, state)
     config["models"]["tft"]["checkpoint"] = SMOKE_TFT_CHECKPOINT
     # energy from the stand-in NVML (its counter advances at SMOKE_NVML_POWER_W), 0.3 s of idle
+    # (3 windows) before and after each sweep, no settling
     from tests.nvml_standin import build_fake_nvml
 
     library = build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
-    config["energy"] = {"meter": {"cpu": "nvml"}, "idle_s": 0.3, "nvml_library": str(library)}
+    config["energy"] = {
+        "meter": {"cpu": "nvml"},
+        "settle_s": 0,
+        "idle_s": 0.3,
+        "idle_windows": 3,
+        "nvml_library": str(library),
+    }
     write_config(wd, config)
     # about 13 minutes on an idle machine; allow for a machine shared with other work
     result = run_snakemake(wd, "all", "cpu", "search", timeout=3000)

@@ -29,8 +29,8 @@ from deploybench.telemetry import (
     NotMeasured,
     Sampler,
     counter_period_s,
-    idle_power_w,
     open_meter,
+    read_idle,
     window,
     window_refusal,
 )
@@ -295,7 +295,7 @@ def test_a_co_tenant_during_the_idle_baseline_leaves_it_unmeasured(monkeypatch, 
     monkeypatch.setenv("FAKE_NVML_PROCESSES", "0:1")
     with open_meter("nvml", nvml_library=str(fake_nvml), environ={}) as meter:
         with pytest.raises(NotMeasured, match="^shared GPU: pid 1 "):
-            idle_power_w(meter, 0.2, 0.05)
+            read_idle(meter, 0.2, 2, 0.05)
         assert meter.facts()["processes_listed"] is True
 
 

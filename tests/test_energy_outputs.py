@@ -58,9 +58,13 @@ def row(scenario: str, x: int, throughput: float = 100.0, **more: Any) -> dict[s
         "energy_above_idle_per_inference_j_ci95": 0.01,
         "power_mean_w": 250.0,
         "idle_power_w": 62.5,
+        "idle_power_ci95_w": 0.4,
         "power_limit_w": 700.0,
         "throttled": False,
         "throttle_reasons": "",
+        "throttle_power_cap_fraction": 0.0,
+        "throttle_slowdown_fraction": 0.0,
+        "throttle_source": "violation counters",
         "energy_status": "nvml",
         "tail_requests": 5000,
         "p99_bound_ms": 10.4,
@@ -71,8 +75,16 @@ def row(scenario: str, x: int, throughput: float = 100.0, **more: Any) -> dict[s
 
 def unmeasured(values: dict[str, Any], status: str = NO_NVML) -> dict[str, Any]:
     """``values`` as a run without a meter writes it: energy columns empty, the status why."""
-    empty = [c for c in CSV_COLUMNS if c.startswith(("energy_", "power_", "idle_"))]
+    empty = [c for c in CSV_COLUMNS if c.startswith(("energy_", "power_", "idle_", "throttle_"))]
     return values | dict.fromkeys(empty) | {"throttled": None, "energy_status": status}
+
+
+SLOWED = {
+    "throttled": True,
+    "throttle_reasons": "sw power cap 100 %; sw thermal slowdown 12 %",
+    "throttle_power_cap_fraction": 1.0,
+    "throttle_slowdown_fraction": 0.12,
+}
 
 
 def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -175,7 +187,7 @@ def test_summary_shows_joules_per_inference_and_marks_a_thin_tail(tmp_path, monk
     run = tmp_path / "results" / RUN
     offline = [
         row("offline", 1, **{ENERGY: 0.123, f"{ENERGY}_ci95": 0.004}, tail_note=FEW),
-        row("offline", 8, throttled=True, throttle_reasons="sw power cap"),
+        row("offline", 8, **SLOWED),
     ]
     write_csv(run / "offline.csv", offline)
     write_csv(run / "online.csv", [unmeasured(row("online", c)) for c in (1, 2)])
@@ -188,8 +200,9 @@ def test_summary_shows_joules_per_inference_and_marks_a_thin_tail(tmp_path, monk
     # the mark takes its own place: the columns after it stay aligned
     assert len(first) == len(second) and first.index("%)") == second.index("%)")
     assert energy == (
-        "energy: GPU board energy (NVML's total energy counter); idle 62.5 W; "
-        "throttled at 1 point (sw power cap)"
+        "energy: GPU board energy (NVML's total energy counter); idle 62.5 ± 0.4 W; "
+        "thermal or hardware slowdown at 1 point (sw thermal slowdown); "
+        "power-capped at 1 point (reported only)"
     )
     assert footnote == f"† {FEW.rsplit(': ', 1)[0]}: 120 of 662 (batch 1 conc. 1)"
     # not measured: no column of blanks, the reason once
@@ -303,14 +316,23 @@ def test_the_estimates_note_says_when_its_assumption_is_only_assumed():
 
 
 def test_energy_note_says_the_meter_idle_power_and_throttling():
-    offline = frame([row("offline", 1)])
-    online = frame([row("online", 4, throttled=True, throttle_reasons="sw power cap")])
+    capped = {"throttle_reasons": "sw power cap 100 %", "throttle_power_cap_fraction": 1.0}
+    offline = frame([row("offline", 1, **capped)])
+    online = frame([row("online", 4, **SLOWED)])
     provenance = {"energy": {"meter_facts": {"name": "NVIDIA H100 80GB HBM3", "driver": "580"}}}
     note = report.energy_note(offline, online, provenance)
     assert "NVML's total energy counter" in note
-    assert "Idle power 62.5 W" in note and "power limit 700 W" in note
+    assert "Idle power 62.5 ± 0.4 W" in note and "power limit 700 W" in note
     assert "Meter: NVIDIA H100 80GB HBM3, 580." in note
-    assert "so unstable: online batch 1 concurrency 4 (sw power cap)." in note
+    assert (
+        "A thermal or hardware slowdown, so unstable: online batch 1 concurrency 4 "
+        "(sw power cap 100 %; sw thermal slowdown 12 %)." in note
+    )
+    # held at the power limit: said, and no reason to call a point unstable
+    assert "not a reason to call a point unstable): offline batch 1 concurrency 1 (100 % of" in note
+    assert "No thermal or hardware slowdown." in report.energy_note(
+        frame([row("offline", 1)]), frame([])
+    )
     rapl = frame([row("offline", 1, energy_status="rapl", throttled=None)])
     assert "RAPL" in report.energy_note(rapl, rapl.iloc[:0])
     none = report.energy_note(frame([unmeasured(row("offline", 1))]), frame([]))

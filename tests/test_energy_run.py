@@ -62,6 +62,9 @@ def test_joules_per_inference_are_the_meters_power_over_the_throughput(smoke_run
         above = float(point["energy_above_idle_per_inference_j"])
         assert abs(above) < 0.02 * float(point["energy_per_inference_j"])
         assert point["throttled"] == "False" and point["throttle_reasons"] == ""
+        assert float(point["throttle_power_cap_fraction"]) == 0
+        assert point["throttle_source"] == "violation counters; clock-event samples"
+        assert point["idle_power_ci95_w"] != ""
         assert float(point["power_limit_w"]) == 350.0
         # the tails: every request of the 3 trials, and whether they back a p99 estimate
         requests = int(point["tail_requests"])
@@ -80,6 +83,12 @@ def test_the_provenance_names_the_gpu_the_energy_was_read_on(smoke_run):
     assert energy["meter"] == "nvml" and energy["status"] == "nvml"
     assert energy["meter_facts"]["uuid"] == STANDIN_UUID
     assert energy["idle_power_w"] == pytest.approx(SMOKE_NVML_POWER_W, rel=0.02)
+    # read before the first trial and after the sweep, each over its windows, both recorded
+    idle = energy["idle"]
+    assert idle["before"]["status"] == idle["after"]["status"] == "measured"
+    assert len(idle["before"]["windows_w"]) == len(idle["after"]["windows_w"]) == 3
+    assert idle["used"] == "the mean of before and after the sweep"
+    assert energy["idle_power_ci95_w"] is not None
 
 
 def test_every_points_p99_says_whether_enough_requests_back_it(smoke_run):

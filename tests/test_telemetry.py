@@ -5,6 +5,7 @@ power), RAPL against a stand-in powercap tree, the sampler thread and a window's
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from pathlib import Path
@@ -14,16 +15,23 @@ import pytest
 from deploybench.errors import ConfigError, DeploybenchError
 from deploybench.gpu_identity import ServerGpus
 from deploybench.telemetry import (
+    BY_COUNTERS,
+    BY_SAMPLES,
     MIG_INSTANCE,
     NO_ENERGY_COUNTER,
+    POWER_AVERAGED,
+    POWER_INSTANT,
+    SLOWDOWNS,
     THROTTLING,
+    IdleRead,
     Meter,
     NotMeasured,
     Sample,
     Sampler,
     describe,
-    idle_power_w,
+    idle_baseline,
     open_meter,
+    read_idle,
     throttle_names,
     window,
 )
@@ -105,8 +113,52 @@ def test_nvml_facts_name_the_gpu_read(fake_nvml):
         "may read, index 0",
         "counter_period_ms": None,  # until measured (Meter.measure_counter_period)
         "processes_listed": True,
+        "power_reading": POWER_INSTANT,
+        "slowdown_counters": {
+            "sw power cap": "nvmlDeviceGetViolationStatus policy 0",
+            "hw slowdown": "clock-event samples (bit 0x8)",
+            "sw thermal slowdown": "nvmlDeviceGetViolationStatus policy 1",
+            "hw thermal slowdown": "field 270",
+            "hw power brake slowdown": "field 271",
+            "board limit": "nvmlDeviceGetViolationStatus policy 3",
+            "reliability": "nvmlDeviceGetViolationStatus policy 5",
+        },
     }
     assert describe(meter) == "nvml"
+
+
+def test_power_is_the_instantaneous_field_where_the_gpu_has_it(fake_nvml, monkeypatch):
+    # NVML_FI_DEV_POWER_INSTANT where the driver gives it; nvmlDeviceGetPowerUsage (a 1-s
+    # average on Ampere, except GA100, and later) where it does not, and the facts say which
+    monkeypatch.setenv("FAKE_NVML_POWER_INSTANT_MW", "410000")
+    with nvml(fake_nvml) as meter:
+        assert meter.read().power_w == 410
+        assert meter.facts()["power_reading"] == POWER_INSTANT
+    monkeypatch.setenv("FAKE_NVML_NO_POWER_INSTANT", "1")
+    with nvml(fake_nvml) as meter:
+        assert meter.read().power_w == POWER_MW / 1000
+        assert meter.facts()["power_reading"] == POWER_AVERAGED
+
+
+def test_the_violation_counters_are_read_where_the_gpu_counts_them(fake_nvml, monkeypatch):
+    monkeypatch.setenv("FAKE_NVML_VIOLATION_THERMAL", "0.25")
+    with nvml(fake_nvml) as meter:
+        first = meter.read()
+        time.sleep(0.2)
+        second = meter.read()
+    assert first.violation_ns is not None and second.violation_ns is not None
+    assert set(first.violation_ns) == {s.name for s in SLOWDOWNS if s.name != "hw slowdown"}
+    [held] = second.violation_ns["sw thermal slowdown"]
+    [before] = first.violation_ns["sw thermal slowdown"]
+    assert (held - before) / (second.time_ns - first.time_ns) == pytest.approx(0.25, rel=0.05)
+    assert second.violation_ns["sw power cap"] == first.violation_ns["sw power cap"] == (0,)
+    # a GPU that counts none: the bits alone, and the facts say so
+    monkeypatch.setenv("FAKE_NVML_NO_VIOLATION", "1")
+    with nvml(fake_nvml) as meter:
+        assert meter.read().violation_ns == {}
+        counters = meter.facts()["slowdown_counters"]
+    assert counters["sw thermal slowdown"] == "clock-event samples (bit 0x20)"
+    assert counters["board limit"] == "not counted by this GPU"
 
 
 def test_an_old_driver_without_the_newer_calls_still_measures(tmp_path, monkeypatch):
@@ -211,9 +263,40 @@ def test_a_gpu_that_cannot_be_read_alone_is_not_measured(
     assert reason in raised.value.reason
 
 
-def test_idle_power_is_the_counters_rate(fake_nvml):
+def test_an_idle_read_is_the_counters_rate_over_windows_with_an_interval(fake_nvml):
+    slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds if len(slept) > 1 else 0)  # the settle wait: recorded, not waited
+
     with nvml(fake_nvml) as meter:
-        assert idle_power_w(meter, 0.3, 0.1) == pytest.approx(POWER_MW / 1000, rel=0.02)
+        read = read_idle(meter, 0.6, 3, 0.05, settle_s=7, sleep=sleep)
+    assert slept == [7, 0.6]  # settled first, then read
+    assert len(read.windows_w) == 3 and read.seconds >= 0.6
+    assert all(w == pytest.approx(POWER_MW / 1000, rel=0.02) for w in read.windows_w)
+    iv = read.interval
+    assert iv.n == 3 and iv.mean == pytest.approx(150, rel=0.02) and iv.half_width >= 0
+    record = read.record()
+    assert record["status"] == "measured" and record["power_w"] == pytest.approx(150, rel=0.02)
+    assert len(record["windows_w"]) == 3 and record["ci95_w"] is not None
+    with pytest.raises(ConfigError, match="2 windows or more"):
+        read_idle(meter, 0.6, 1, 0.05)
+
+
+def test_the_idle_baseline_is_the_mean_of_before_and_after_and_carries_both():
+    before = IdleRead((99.0, 100.0, 101.0), 3.0)  # mean 100, half-width 4.303 x 1 / sqrt 3
+    after = IdleRead((105.0, 106.0, 107.0), 3.0)  # mean 106, the same half-width
+    h = 4.302652730 / math.sqrt(3)
+    both = idle_baseline(before, after)
+    assert both is not None and both.power_w == pytest.approx(103.0)
+    # each read's half-width halved, and half the drift between them, in quadrature
+    assert both.half_width_w == pytest.approx(math.sqrt(2 * (h / 2) ** 2 + 3.0**2))
+    assert both.source == "the mean of before and after the sweep"
+    only = idle_baseline(None, after)
+    assert only is not None and only.power_w == pytest.approx(106.0)
+    assert only.half_width_w == pytest.approx(h) and only.source == "after the sweep"
+    assert idle_baseline(None, None) is None
 
 
 def test_meter_kinds(tmp_path):
@@ -290,6 +373,42 @@ def test_a_window_the_samples_do_not_span_is_refused():
         window(SAMPLES, int(2.5 * S), int(3.5 * S))
     with pytest.raises(ValueError, match="must end after it starts"):
         window(SAMPLES, 2 * S, 2 * S)
+
+
+def violation_sample(t_s: float, bits: int, **held_s: float) -> Sample:
+    """A reading at ``t_s`` with the clock-event ``bits`` and, per slowdown, its violation
+    counter (seconds held, one GPU)."""
+    return Sample(
+        int(t_s * S),
+        0.0,
+        throttle_reasons=bits,
+        violation_ns={name: (int(v * S),) for name, v in held_s.items()},
+    )
+
+
+def test_a_slowdown_is_its_counters_share_of_the_window_not_the_bits():
+    # the thermal counter advances 0.1 s a second; the sampled bits catch it in none of the
+    # readings, the power cap's in all
+    samples = [
+        violation_sample(t, 0x4, **{"sw thermal slowdown": 0.1 * t, "sw power cap": 0.0})
+        for t in (0, 1, 2, 3)
+    ]
+    telemetry = window(samples, int(0.5 * S), int(2.5 * S))
+    assert telemetry.slowdowns["sw thermal slowdown"] == pytest.approx(0.1)
+    assert telemetry.slowdowns["sw power cap"] == 0  # its counter, not its bit
+    assert telemetry.slowdown_sources["sw thermal slowdown"] == BY_COUNTERS
+    # what no counter covers falls back to the readings inside the window: 0x8 in none
+    assert telemetry.slowdowns["hw slowdown"] == 0
+    assert telemetry.slowdown_sources["hw slowdown"] == BY_SAMPLES
+    assert "board limit" not in telemetry.slowdowns  # no counter, no bit: not measured
+
+
+def test_without_counters_a_slowdown_is_the_share_of_readings_with_its_bit():
+    samples = [violation_sample(t, 0x20 if t == 1 else 0x4) for t in (0, 1, 2, 3, 4)]
+    telemetry = window(samples, int(0.5 * S), int(3.5 * S))  # the readings at 1, 2 and 3 s
+    assert telemetry.slowdowns["sw thermal slowdown"] == pytest.approx(1 / 3)
+    assert telemetry.slowdowns["sw power cap"] == pytest.approx(2 / 3)
+    assert set(telemetry.slowdown_sources.values()) == {BY_SAMPLES}
 
 
 # --- RAPL -----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import tempfile
 import time
 from collections.abc import Iterator
@@ -97,6 +98,79 @@ def energy_meter(settings: dict[str, Any], gpus: Any = None) -> Iterator[tuple[A
         yield meter, describe(meter)
     finally:
         meter.close()
+
+
+class IdleReads:
+    """A job's idle baseline: its meter read with no load before the first trial and again
+    after the sweep, each after ``energy.settle_s`` of waiting, over ``energy.idle_s`` seconds
+    as ``energy.idle_windows`` windows (telemetry.read_idle); the baseline the mean of the two
+    where both were read (telemetry.idle_baseline). ``energy.idle_s`` 0: none. A read that
+    cannot measure (another process on the GPU meanwhile) is left out, and says why."""
+
+    def __init__(self, settings: dict[str, Any], interval_s: float) -> None:
+        self.settle_s = float(settings.get("settle_s", 0))
+        self.seconds = float(settings.get("idle_s", 3))
+        self.windows = int(settings.get("idle_windows", 3))
+        self.interval_s = interval_s
+        self.reads: dict[str, Any] = {}  # "before"/"after" -> IdleRead, or None
+        self.why: dict[str, str] = {}  # "before"/"after" -> why it was not measured
+
+    def read(self, meter: Any, when: str) -> str:
+        """Read the idle ``when`` ("before", "after" the sweep); what it found, for the
+        progress line."""
+        from ..telemetry import NotMeasured, read_idle
+
+        self.reads[when] = None
+        if not self.seconds > 0:
+            self.why[when] = "energy.idle_s 0"
+        else:
+            try:
+                self.reads[when] = read_idle(
+                    meter, self.seconds, self.windows, self.interval_s, self.settle_s
+                )
+            except NotMeasured as why:  # a co-tenant on the GPU meanwhile
+                self.why[when] = why.reason
+        read = self.reads[when]
+        if read is None:
+            log.warning("energy: idle %s the sweep not measured: %s", when, self.why[when])
+            return f"not measured ({self.why[when]})"
+        iv = read.interval
+        return f"{iv.mean:.1f} ± {iv.half_width:.1f} W"
+
+    def baseline(self) -> Any:
+        """The idle power of the reads so far (telemetry.IdleBaseline), or None."""
+        from ..telemetry import idle_baseline
+
+        return idle_baseline(self.reads.get("before"), self.reads.get("after"))
+
+    def record(self) -> dict[str, Any]:
+        """What the provenance's ``config.energy`` says of the idle: the power used and its
+        half-width, which reads it comes from, each read (or why not), the settings."""
+        baseline = self.baseline()
+        reads = {
+            when: read.record()
+            if read is not None
+            else {"status": f"not measured: {self.why[when]}"}
+            for when, read in self.reads.items()
+        }
+        record: dict[str, Any] = {
+            "idle_power_w": None if baseline is None else round(baseline.power_w, 4),
+            "idle_power_ci95_w": None
+            if baseline is None or math.isnan(baseline.half_width_w)
+            else round(baseline.half_width_w, 4),
+            "idle": {
+                "settle_s": self.settle_s,
+                "seconds": self.seconds,
+                "windows": self.windows,
+                **reads,
+                "used": "none" if baseline is None else baseline.source,
+            },
+        }
+        if baseline is None:
+            record["idle_status"] = "not measured: " + "; ".join(
+                f"{when} the sweep: {why}" for when, why in self.why.items()
+            )
+        return record
 
 
 def server_gpus(server: Any, repository: str, models: list[str]) -> Any:
@@ -256,6 +330,7 @@ def perf(
     intervals); ``trials``: a row per trial. Each finished trial is kept beside them until
     they are written (deploybench.partial): a job stopped partway and run again measures only
     the trials missing."""
+    from ..collectors import with_idle
     from ..columns import TRIAL_COLUMNS
     from ..partial import PartialMeasurement, fingerprint, partial_path
     from ..perf import COLUMNS as PERF_COLUMNS
@@ -276,7 +351,6 @@ def perf(
     )
     from ..server import graceful_signals, held_signals
     from ..tails import records_tensors
-    from ..telemetry import NotMeasured, idle_power_w
     from ..transport import of_spec
     from ..triton_client import infer_triton, served_feeds, served_inputs
     from ..triton_metrics import probe
@@ -359,34 +433,27 @@ def perf(
             triton = probe(server.metrics_port, server.extra_args, poll_s=interval_s)
             energy_record["triton"] = triton.record()
             log.info("%s: second energy meter: %s", label, triton.status)
-            # the idle baseline: the server loaded (and past its first request), no load
+            # the idle baseline: the server loaded (and past its first request), no load,
+            # after a settle wait; read again after the sweep (idle_read)
             energy = TrialEnergy(status, triton=triton)
+            idle = IdleReads(energy_settings, interval_s)
             if meter is not None:
-                idle_s = float(energy_settings.get("idle_s", 3))
-                idle_why = "energy.idle_s 0"
-                try:
-                    idle = idle_power_w(meter, idle_s, interval_s) if idle_s > 0 else None
-                except NotMeasured as why:  # a co-tenant on the GPU meanwhile
-                    idle, idle_why = None, why.reason
+                before = idle.read(meter, "before")
+                baseline = idle.baseline()
                 facts = meter.facts()
                 energy = TrialEnergy(
                     status,
                     meter,
                     interval_s,
-                    idle,
+                    None if baseline is None else baseline.power_w,
                     facts.get("power_limit_w"),
                     triton,
                     counter_period_s=meter.counter_period_s,
+                    idle_ci95_w=None if baseline is None else baseline.half_width_w,
+                    max_slowdown_fraction=float(energy_settings.get("max_slowdown_fraction", 0.05)),
                 )
-                energy_record |= {"status": status, "idle_power_w": idle, "meter_facts": facts}
-                if idle is None:
-                    energy_record["idle_status"] = f"not measured: {idle_why}"
-                progress.say(
-                    "%s: energy from %s; idle %s",
-                    label,
-                    status,
-                    f"not measured ({idle_why})" if idle is None else f"{idle:.1f} W",
-                )
+                energy_record |= {"status": status, "meter_facts": facts} | idle.record()
+                progress.say("%s: energy from %s; idle %s", label, status, before)
             else:
                 energy_record["status"] = status
                 progress.say("%s: energy %s", label, status)
@@ -450,6 +517,26 @@ def perf(
                 kept=kept,
                 keep=keep,
             )
+            if meter is not None:
+                # the idle again, the sweep over: the trials' above-idle figures from both
+                after = idle.read(meter, "after")
+                baseline = idle.baseline()
+                energy_record.pop("idle_status", None)
+                energy_record |= idle.record()
+                progress.say(
+                    "%s: idle after the sweep %s; above idle from %s",
+                    label,
+                    after,
+                    "no idle power" if baseline is None else baseline.source,
+                )
+                trial_rows = [
+                    with_idle(
+                        row,
+                        None if baseline is None else baseline.power_w,
+                        None if baseline is None else baseline.half_width_w,
+                    )
+                    for row in trial_rows
+                ]
     # (a trial's own values, every request's latency, stay out of the CSV)
     write_csv(
         trials,

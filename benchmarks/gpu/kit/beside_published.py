@@ -10,7 +10,7 @@ weights: ``models.tft.published_ran``), then
 each precision the kit ran: throughput ± its 95 % interval and p99, then the energy per
 inference ± its 95 % interval over the trials (``energy_per_inference_j``, in mJ: NVML's energy
 counter over perf_analyzer's measured windows, the GPU board only; docs/energy.md), marked when
-the GPU throttled; a point of a scenario whose job was stopped partway (its share of the
+a thermal or hardware slowdown throttled the GPU; a point of a scenario whose job was stopped partway (its share of the
 call ran out) is marked "(partial)". Points the kit measured that the page did not publish show
 "—"; energy not measured shows "—" and the line under the table says why (``energy_status``);
 a CSV written before energy was measured has no such columns and shows the same. The columns
@@ -80,7 +80,8 @@ def _flag(value: Any) -> bool:
 
 def energy_cell(point: pd.Series) -> str:
     """The point's energy per inference in mJ ± its 95 % half-width (none with one trial), and
-    "throttled (<reasons>)" when the GPU throttled in a trial; "—" when not measured (the
+    "throttled (<reasons>)" when a thermal or hardware slowdown throttled the GPU in a trial
+    (``throttled``; its reasons with their fractions); "—" when not measured (the
     columns empty, or absent from an older CSV)."""
     joules = point.get("energy_per_inference_j")
     if not _present(joules):
