@@ -96,6 +96,8 @@ def plan_preflight(
         "tensorrt_engines": engines,
         "models": dict(sorted(models.items())),
         "slurm": plain(settings.get("slurm") or {}),
+        # how the measurement jobs here read energy (the same for every run on this GPU)
+        "energy": plain(runs[0].energy) if role == "triton" and runs else {},
         "server": plain(config["server"]),
     }
 

@@ -359,3 +359,43 @@ def test_a_window_over_which_the_counter_did_not_advance_is_not_measured():
     flat = [Sample(0, 7.0), Sample(S, 7.0), Sample(2 * S, 7.0)]
     why = window_refusal(window(flat, S // 2, 3 * S // 2), period_s=0.05)
     assert why == "the energy counter did not advance over the 1 s window"
+
+
+# --- the preflight's energy check -------------------------------------------------------------
+
+
+def _energy_check(monkeypatch, fake_nvml: Path, fake_cuda: Path, visible: str, *uuids: str):
+    """The preflight's ``energy`` check in a job whose environment is ``server_env``'s."""
+    from deploybench.preflight.energy import check_energy
+
+    for key, value in server_env(fake_cuda, visible, *uuids).items():
+        monkeypatch.setenv(key, value)
+    spec: Any = {"gpu": "A100", "energy": settings(fake_nvml)}
+    return check_energy(spec)
+
+
+def test_the_preflight_names_the_gpu_the_runs_will_meter(monkeypatch, fake_nvml, fake_cuda):
+    node(monkeypatch, 8, allowed="3")
+    check = _energy_check(monkeypatch, fake_nvml, fake_cuda, "0", gpu_uuid(3))
+    assert check.status == "pass", check
+    assert check.detail.startswith(f"nvml meters {gpu_uuid(3)}, its counter updating every ")
+    assert check.facts["nvml_index"] == 3 and check.facts["counter_period_ms"] > 0
+
+
+def test_the_preflight_warns_of_a_co_tenant_and_of_a_gpu_it_cannot_open(
+    monkeypatch, fake_nvml, fake_cuda
+):
+    node(monkeypatch, 8, allowed="3", processes="3:1")
+    check = _energy_check(monkeypatch, fake_nvml, fake_cuda, "0", gpu_uuid(3))
+    assert check.status == "warn" and "another process computes on it (pid 1 (" in check.detail
+    assert "one whole GPU per job" in check.fix
+    # NVML refuses the GPU CUDA names (NO_PERMISSION): never another, readable, job's GPU
+    node(monkeypatch, 8, allowed="5", processes="")
+    check = _energy_check(monkeypatch, fake_nvml, fake_cuda, "0", gpu_uuid(3))
+    assert check.status == "warn" and check.detail.startswith("energy would not be measured: ")
+    assert "gpus.<gpu>.meter" in check.fix
+    # energy not read on the GPU at all: nothing to check
+    from deploybench.preflight.energy import check_energy
+
+    none: Any = {"gpu": "A100", "energy": {"meter": "none"}}
+    assert check_energy(none).status == "skip"

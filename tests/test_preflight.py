@@ -108,6 +108,7 @@ def test_cpu_triton_image_passes_every_check_that_applies(cpu_run):
         "tensorrt_version": "skip",  # no run on the CPU holds a TensorRT engine
         "deploybench_imports": "pass",
         "model_networks": "pass",
+        "energy": "skip",  # a CPU's runs read no GPU's energy
     }
     assert "infer/s" in check_of(report, "perf_analyzer")["detail"]
     assert check_of(report, "tritonserver")["facts"]["version"]
@@ -138,6 +139,10 @@ def test_a30_triton_image_fails_each_gpu_check_with_its_fix(a30_triton_run):
         assert status[name] == "fail", check_of(report, name)
         assert check_of(report, name)["fix"]
     assert status["trtexec"] == "skip"
+    # no NVML here: the runs would measure without energy, which warns and does not fail
+    energy = check_of(report, "energy")
+    assert energy["status"] == "warn", energy
+    assert energy["detail"].startswith("energy would not be measured: ") and energy["fix"]
     # the fix names the GPU's slurm mapping to change, and Apptainer's --nv
     fix = check_of(report, "gpu_visible")["fix"]
     assert "gpus.A30.slurm" in fix and "partition: gpu" in fix and "gpu_model: a30" in fix

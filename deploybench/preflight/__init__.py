@@ -8,13 +8,14 @@ so that one job on a new cluster lists everything to change before the runs can 
 Checks (names are stable: the rules' tests and the README use them): ``gpu_visible``,
 ``framework_cuda``, ``driver``, ``tritonserver``, ``tritonserver_gpu``, ``backends``,
 ``perf_analyzer``, ``trtexec``, ``tensorrt_version``, ``deploybench_imports``,
-``model_networks``. One that does
+``model_networks``, ``energy``. One that does
 not apply to the spec (a GPU check on the CPU default, a Triton check in a framework image) is
 skipped.
 
 One module per family of checks: the GPU and its driver (:mod:`.gpu`), the frameworks' CUDA
 (:mod:`.frameworks`), Triton and its tiny repository (:mod:`.triton`), TensorRT (:mod:`.tensorrt`),
-the image and its imports (:mod:`.image`), the models' networks (:mod:`.networks`); the spec and a check's result (:mod:`.spec`), the run of
+the image and its imports (:mod:`.image`), the models' networks (:mod:`.networks`), what the
+measurements will meter (:mod:`.energy`); the spec and a check's result (:mod:`.spec`), the run of
 them all (:mod:`.runner`) and the report (:mod:`.report`). This package exposes what the job
 calls (``jobs.preflight``).
 """

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..probe import tail
+from .energy import check_energy
 from .frameworks import check_framework_cuda
 from .gpu import GpuProbe, check_driver, check_gpu_visible, probe_gpus
 from .image import check_deploybench_imports, check_image
@@ -41,6 +42,7 @@ def applies(spec: PreflightSpec, name: str) -> str:
         "framework_cuda",
         "driver",
         "tritonserver_gpu",
+        "energy",
     ):
         return f"gpu {spec['gpu']} runs on CPU"
     if spec["role"] == "framework" and name in (
@@ -48,6 +50,7 @@ def applies(spec: PreflightSpec, name: str) -> str:
         "tritonserver_gpu",
         "backends",
         "perf_analyzer",
+        "energy",
     ):
         return f"image {spec['image']} runs framework jobs, not Triton"
     return ""
@@ -108,4 +111,5 @@ def run_checks(spec: PreflightSpec) -> list[Check]:
     add("tensorrt_version", lambda: check_tensorrt_version(spec))
     add("deploybench_imports", lambda: check_deploybench_imports(spec))
     add("model_networks", lambda: check_model_networks(spec))
+    add("energy", lambda: check_energy(spec))
     return [done[name] for name in CHECKS]

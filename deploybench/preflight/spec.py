@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # 3.11; these annotations are never evaluated (jobs run Python 3.10 too)
+    from typing_extensions import NotRequired
 
 from ..errors import ConfigError
 from ..trt_version import ENGINE_CONVERTERS
@@ -24,6 +27,7 @@ CHECKS = (
     "tensorrt_version",
     "deploybench_imports",
     "model_networks",
+    "energy",
 )
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 # Passes, with a limit the runs may meet: the checks after it decide (the driver's
@@ -56,6 +60,8 @@ class PreflightSpec(TypedDict):
     # the models whose jobs build their network in this image: name -> {module, hparams}
     models: dict[str, dict[str, Any]]
     slurm: dict[str, Any]  # gpus.<g>.slurm, for the fixes
+    # how the runs on this GPU read energy (plan.energy_settings: meter, nvml_library, ...)
+    energy: NotRequired[dict[str, Any]]
     server: dict[str, Any]  # config `server`: startup_timeout_s, shutdown_timeout_s
 
 
