@@ -181,14 +181,13 @@ def test_the_server_runs_with_the_runs_environment(tmp_path, monkeypatch):
 def test_the_provenance_holds_the_servers_environment_as_its_process_has_it(tmp_path, monkeypatch):
     """A result's provenance records the server process's environment (its /proc/<pid>/environ
     while it runs, else the Popen env it was started with), not the measuring job's: the run's
-    `server.environment` (here a plan's tf32_matmul), the variables that decide how it
-    computes, no other, and the TF32 state they make."""
-    from deploybench import plan as dbplan
+    `server.environment` (here what a plan with tf32_matmul gives: serving_plan.TF32_MATMUL_ENV,
+    tests/test_plan.py), the variables that decide how it computes, no other, and the TF32 state
+    they make. (A job-side test: no planning here, tests/test_python310.py runs it on 3.10.)"""
     from deploybench import provenance
-    from tests.test_plan import workflow_config
+    from deploybench.serving_plan import TF32_MATMUL_ENV
 
-    plan = dbplan.plan_run(workflow_config(), "bert", "A100", "ts-trace", "fp32")
-    planned = plan.spec("offline")["server"]["environment"]  # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1
+    planned = dict(TF32_MATMUL_ENV)  # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1
     fake = tmp_path / "tritonserver"
     fake.write_text("#!/bin/sh\nexec sleep 60\n")  # runs until stopped, never ready
     fake.chmod(0o755)
