@@ -1,11 +1,14 @@
 """The pieces every chart of :mod:`deploybench.plots` is drawn with: its configuration label,
 its numeric columns and unstable flags (:func:`prepare`), lines with error bars and unstable
-marks (:func:`series_chart`), one color per configuration, titles, and ``save``/``sized``.
+marks (:func:`series_chart`), one color per configuration, titles, and ``save``/``sized``;
+what a chart with nothing to draw writes instead (:func:`save_not_drawn`).
 """
 
 from __future__ import annotations
 
+import html
 import json
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -70,6 +73,53 @@ def save(chart: alt.TopLevelMixin, stem: Path, inline_html: bool = True) -> list
             write(tmp)
         paths.append(path)
     return paths
+
+
+# What a chart's files hold where its data has nothing to draw (plots.not_drawn says why).
+NOT_DRAWN = "not drawn"
+# About how many pixels a character of the note's 13 px font takes, to wrap it to the width.
+NOTE_CHAR_PX = 7
+
+
+def not_drawn_chart(name: str, why: str, width: int = 480, height: int = 300) -> alt.Chart:
+    """A chart's stand-in where it has nothing to draw: its name over "not drawn: <why>",
+    wrapped to ``width`` x ``height`` px (a sentence on one line would be thousands wide)."""
+    lines = textwrap.wrap(f"{NOT_DRAWN}: {why}", max(20, width // NOTE_CHAR_PX))
+    return (
+        alt.Chart(
+            alt.Data(values=[{"note": "\n".join(lines)}]),
+            title=alt.TitleParams(name, anchor="start"),
+            width=width,
+            height=height,
+        )
+        .mark_text(fontSize=13, lineBreak="\n", color=UNSTABLE_COLOR)
+        .encode(text="note:N")
+        .configure_view(stroke=None)
+    )
+
+
+def save_not_drawn(name: str, why: str, stem: Path, width: int, height: int) -> list[Path]:
+    """The files of a chart with nothing to draw (those :func:`save` writes): SVG and PNG of
+    :func:`not_drawn_chart`, and a plain HTML page that says it (no script: nothing to zoom)."""
+    chart = not_drawn_chart(name, why, width, height)
+    paths = []
+    for suffix, write in (
+        ("svg", lambda tmp: chart.save(tmp, format="svg")),
+        ("png", lambda tmp: chart.save(tmp, format="png", scale_factor=2)),  # as save's
+    ):
+        path = Path(f"{stem}.{suffix}")
+        with atomic_path(path) as tmp:
+            write(tmp)
+        paths.append(path)
+    page = (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(name)}: {NOT_DRAWN}</title></head><body>\n"
+        f"<p><b>{html.escape(name)}</b>: {NOT_DRAWN}: {html.escape(why)}</p>\n</body></html>\n"
+    )
+    path = Path(f"{stem}.html")
+    with atomic_path(path) as tmp:
+        tmp.write_text(page)
+    return [*paths, path]
 
 
 def prepare(

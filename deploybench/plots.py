@@ -4,7 +4,9 @@ Over 600 lines on purpose: every run chart and its registration sit together, sh
 
 Offline (static batching): throughput and latency quantiles vs batch size. Online (dynamic
 batching): the stacked latency breakdown and throughput vs p99 latency over the concurrency sweep.
-Both: throughput vs the energy meter's joules per inference (or why energy was not measured).
+Both: throughput vs the energy meter's joules per inference. A chart whose data has nothing to
+draw (no energy measured, no point of its scenario) is not drawn: :func:`not_drawn` says why,
+and its files say so (``chart_kit.save_not_drawn``).
 Every chart draws one series per *configuration* ("gpu/format/precision"), so runs concatenated
 from several formats, precisions or GPUs compare on one chart. Every measured value with a 95 %
 confidence interval (its ``_ci95`` column, over the point's trials) carries it as an error bar,
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -30,7 +33,7 @@ from typing import TypeVar
 import altair as alt
 import pandas as pd
 
-from .chart_kit import (  # noqa: F401 - CONFIG, SOURCE, UNSTABLE_COLOR, save, sized: plots' too
+from .chart_kit import (  # noqa: F401 - CONFIG, SOURCE, UNSTABLE_COLOR, save*, sized: plots' too
     BATCH_TITLE,
     CI_TITLE,
     CONCURRENCY_TITLE,
@@ -45,9 +48,11 @@ from .chart_kit import (  # noqa: F401 - CONFIG, SOURCE, UNSTABLE_COLOR, save, s
     error_bars,
     layered,
     models_title,
+    not_drawn_chart,
     prepare,
     said,
     save,
+    save_not_drawn,
     series_chart,
     sized,
     unstable_flags,
@@ -118,15 +123,21 @@ DrawRunChart = Callable[[ChartInputs], alt.TopLevelMixin]
 # Each of the run's charts (chart_names.RunChart) → the function drawing it, in the order they
 # are defined below (@run_chart); every RunChart has one (checked at import: check_run_charts).
 RUN_CHART_DRAWERS: dict[RunChart, DrawRunChart] = {}
+# Why a run's chart has nothing to draw (None: it has something): each chart's, beside its
+# function (@run_chart's ``empty``; a scenario's chart: no point of the scenario).
+NothingToDraw = Callable[[ChartInputs], str | None]
+RUN_CHART_EMPTY: dict[RunChart, NothingToDraw] = {}
 ChartFunction = TypeVar("ChartFunction", bound=Callable[..., alt.TopLevelMixin])
 
 
 def run_chart(
-    name: RunChart | str, scenario: str | None = None
+    name: RunChart | str, scenario: str | None = None, empty: NothingToDraw | None = None
 ) -> Callable[[ChartFunction], ChartFunction]:
     """Register the decorated function as the one drawing the run's chart ``name``: with
     ``scenario`` a function of that scenario's rows (``offline_throughput(rows)``), without one
-    a function of the run's :class:`ChartInputs`. The function itself is left as it is."""
+    a function of the run's :class:`ChartInputs`. ``empty``: why the chart has nothing to draw
+    from its inputs, or None (:func:`not_drawn`; a scenario's chart by default: no point of the
+    scenario measured). The function itself is left as it is."""
     try:
         chart = RunChart(name)
     except ValueError:
@@ -142,6 +153,12 @@ def run_chart(
             RUN_CHART_DRAWERS[chart] = function
         else:
             RUN_CHART_DRAWERS[chart] = lambda inputs: function(inputs.rows(scenario))
+        if empty is not None:
+            RUN_CHART_EMPTY[chart] = empty
+        elif scenario is not None:
+            RUN_CHART_EMPTY[chart] = lambda inputs: no_points(inputs, scenario)
+        else:
+            RUN_CHART_EMPTY.pop(chart, None)
         return function
 
     return register
@@ -154,10 +171,31 @@ def check_run_charts() -> None:
         raise RuntimeError(f"run charts without a function drawing them (@run_chart): {missing}")
 
 
-def draw_run_charts(inputs: ChartInputs) -> dict[str, alt.TopLevelMixin]:
-    """Every chart of a run, by name."""
+def not_drawn(inputs: ChartInputs) -> dict[str, str]:
+    """The run's charts whose data has nothing to draw, by name: why (a CPU run without an
+    energy meter: ``energy_throughput``, "energy not measured: <why>"). Their files say so
+    instead (``chart_kit.save_not_drawn``), and the report page says it in their place."""
     check_run_charts()
-    return {chart.value: draw(inputs) for chart, draw in RUN_CHART_DRAWERS.items()}
+    found = {chart.value: empty(inputs) for chart, empty in RUN_CHART_EMPTY.items()}
+    return {name: why for name, why in found.items() if why is not None}
+
+
+def draw_run_charts(inputs: ChartInputs) -> dict[str, alt.TopLevelMixin]:
+    """Every chart of a run that has something to draw (:func:`not_drawn`: the others), by
+    name."""
+    skipped = not_drawn(inputs)
+    return {
+        chart.value: draw(inputs)
+        for chart, draw in RUN_CHART_DRAWERS.items()
+        if chart.value not in skipped
+    }
+
+
+def no_points(inputs: ChartInputs, scenario: str) -> str | None:
+    """Why a chart of ``scenario``'s points has nothing to draw: no point with a throughput."""
+    rows = _points(inputs.rows(scenario), scenario)
+    throughput = pd.to_numeric(rows.get("throughput", pd.Series(dtype=float)), errors="coerce")
+    return None if throughput.notna().any() else f"no {scenario} point was measured"
 
 
 @run_chart(RunChart.OFFLINE_THROUGHPUT, "offline")
@@ -316,40 +354,55 @@ ENERGY = "energy_per_inference_j"
 ENERGY_TITLE = "Energy per inference [J]"
 ENERGY_CHART_TITLE = "Throughput vs Energy per inference"
 POINT_LABELS = {"offline": "batch", "online": "conc."}
+# A panel's note wraps at this many characters (a 480 px panel at 13 px).
+NOTE_WRAP = 60
 SCENARIO_PANELS = {
     "offline": "Offline (static batching, concurrency 1)",
     "online": "Online (dynamic batching over concurrency)",
 }
 
 
-@run_chart(RunChart.ENERGY_THROUGHPUT)
+def _energy_missing(inputs: ChartInputs) -> dict[str, str]:
+    """The scenarios without an energy per inference, by name: why (their ``energy_status``)."""
+    missing = {}
+    for scenario in SCENARIO_X:
+        points = _points(inputs.rows(scenario), scenario)
+        if points.empty:
+            missing[scenario] = f"no {scenario} points"
+        elif not has_energy(points):
+            missing[scenario] = "; ".join(_why(r) for r in not_measured(points))
+    return missing
+
+
+def no_energy(inputs: ChartInputs) -> str | None:
+    """Why the energy chart has nothing to draw: no scenario has an energy per inference."""
+    missing = _energy_missing(inputs)
+    return _no_energy_text(missing) if len(missing) == len(SCENARIO_X) else None
+
+
+def _no_energy_text(missing: dict[str, str]) -> str:
+    return "energy not measured: " + "; ".join(dict.fromkeys(missing.values()))
+
+
+@run_chart(RunChart.ENERGY_THROUGHPUT, empty=no_energy)
 def energy_throughput(inputs: ChartInputs) -> alt.TopLevelMixin:
     """Throughput against joules per inference, a panel per scenario, one mark per point
     (labelled with its batch size or concurrency) with its 95 % error bars on both axes.
 
     Energy is empty where the run's meter measured nothing (a CPU without RAPL, a MIG
-    instance, meter none): the chart is drawn all the same (every run has every chart file)
-    and says "energy not measured: <why>" (the rows' ``energy_status``) in its title, or in the
-    panel of the one scenario without it. Rows of a CSV from before the energy columns: not
-    measured, and the text says so.
+    instance, meter none). Where no scenario has it the chart is not drawn (:func:`no_energy`
+    says why: the rows' ``energy_status``; :func:`not_drawn`), and this returns the stand-in
+    its files hold (``chart_kit.not_drawn_chart``); where one scenario lacks it, that
+    scenario's panel says "energy not measured: <why>". Rows of a CSV from before the energy
+    columns: not measured, and the text says so.
     """
-    panels, missing = [], {}
-    for scenario in SCENARIO_X:
-        rows = inputs.rows(scenario)
-        points = _points(rows, scenario)
-        if points.empty:
-            missing[scenario] = f"no {scenario} points"
-        elif not has_energy(points):
-            missing[scenario] = "; ".join(_why(r) for r in not_measured(points))
-        panels.append((scenario, rows))
+    missing = _energy_missing(inputs)
+    if len(missing) == len(SCENARIO_X):
+        return not_drawn_chart(RunChart.ENERGY_THROUGHPUT.value, _no_energy_text(missing))
+    panels = [(scenario, inputs.rows(scenario)) for scenario in SCENARIO_X]
     models = sorted(
         {str(m) for _, rows in panels if "model" in rows.columns for m in rows["model"].unique()}
     )
-    if len(missing) == len(panels):
-        text = "energy not measured: " + "; ".join(dict.fromkeys(missing.values()))
-        return _note_chart(
-            text, alt.TitleParams(f"{ENERGY_CHART_TITLE}: {text}", subtitle=models or alt.Undefined)
-        )
     drawn = pd.concat(
         [_energy_rows(rows, s) for s, rows in panels if s not in missing], ignore_index=True
     )
@@ -424,9 +477,11 @@ def _energy_panel(data: pd.DataFrame, scenario: str, color: alt.Color) -> alt.La
 
 
 def _note_chart(text: str, title: alt.TitleParams) -> alt.Chart:
-    """A panel holding only ``text``: what a chart without data says instead."""
+    """A panel holding only ``text`` (wrapped: a panel is a chart's width): what a panel
+    without data says instead."""
+    wrapped = "\n".join(textwrap.wrap(text, NOTE_WRAP))
     return (
-        alt.Chart(alt.Data(values=[{"note": text}]), title=title)
+        alt.Chart(alt.Data(values=[{"note": wrapped}]), title=title)
         .mark_text(fontSize=13, color=UNSTABLE_COLOR, lineBreak="\n")
         .encode(text="note:N")
     )
@@ -578,13 +633,13 @@ def published_chart(
     return published_overlay(measured, published, scenario)
 
 
-@run_chart(RunChart.PUBLISHED_OFFLINE)
+@run_chart(RunChart.PUBLISHED_OFFLINE, empty=lambda inputs: no_points(inputs, "offline"))
 def published_offline(inputs: ChartInputs) -> alt.TopLevelMixin:
     """The run's offline points and the published ones (:func:`published_chart`)."""
     return _published(inputs, "offline")
 
 
-@run_chart(RunChart.PUBLISHED_ONLINE)
+@run_chart(RunChart.PUBLISHED_ONLINE, empty=lambda inputs: no_points(inputs, "online"))
 def published_online(inputs: ChartInputs) -> alt.TopLevelMixin:
     """The run's online points and the published ones (:func:`published_chart`)."""
     return _published(inputs, "online")

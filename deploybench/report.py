@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from .chart_names import RunChart
-from .columns import INTERVAL_COLUMNS, PERF_COLUMNS, TABLE_LABELS
+from .columns import INTERVAL_COLUMNS, TABLE_LABELS
 from .compare import (
     ENERGY,
     METRIC_HEADINGS,
@@ -37,6 +37,7 @@ from .config import ConfigError, published_ran, reference_format, reference_mode
 from .engines import describe as describe_engines
 from .errors import ResultsError
 from .stats import ratio_to
+from .unmeasured import NOT_MEASURED, STATUS_COLUMNS, measured_columns
 
 
 def published_rows(config: dict[str, Any], published: pd.DataFrame, run_path: str) -> pd.DataFrame:
@@ -515,9 +516,21 @@ def chart_image(png: str, alt: str | None = None) -> str:
     return f"[![{alt or path.stem}]({png})]({path.with_suffix('.html').as_posix()})"
 
 
-# The energy meter's columns: a point without them says "not measured" in their cells.
-ENERGY_COLUMNS = frozenset(c.name for c in PERF_COLUMNS if c.source == "energy")
-NOT_MEASURED = "not measured"
+def chart_or_why(png: str, not_drawn: Mapping[str, str]) -> str:
+    """A chart on a page (:func:`chart_image`), or where it had nothing to draw (its name in
+    ``not_drawn``: ``plots.not_drawn``) the sentence that says why, in its place."""
+    name = Path(png).stem
+    if name in not_drawn:
+        return f"*{name}: not drawn:* {not_drawn[name]}."
+    return chart_image(png)
+
+
+# The meters' columns (their status says why one is empty: energy_status, triton_energy_status):
+# a point without a value says "not measured" in their cells.
+METERED = frozenset(STATUS_COLUMNS)
+# The columns a results table shows whatever they hold: the point, its throughput and trials,
+# and the p99 estimate (where it is empty, the "†" note under the table says why, point by point).
+ALWAYS_SHOWN = (*POINT, "throughput", "p99_bound_ms", "trials", "stable")
 # The p99 a point's tail_note (too few requests for an estimate) is marked in, and the mark.
 TAIL_MARKED = "p99_latency_ms"
 TAIL_MARK = "†"
@@ -530,12 +543,15 @@ METERS = {
 
 def results_table(frame: pd.DataFrame) -> str:
     """A scenario's points as the seed pages' table (``columns.TABLE_LABELS``), each value with
-    its 95 % interval; an energy cell a point has no value of says "not measured"; a p99 whose
-    tail rests on too few requests (its ``tail_note``) is marked "†", said under the table,
-    after what the p99 early-stopping estimate is and which of its assumptions the table's
-    points break (:func:`estimate_footnote`)."""
+    its 95 % interval. A column no point measured is left out, and a line under the table says
+    which and why (:func:`deploybench.unmeasured.measured_columns`: on the CPU default, the
+    energy columns); in a column some point measured, the energy cell of a point without a value
+    says "not measured". A p99 whose tail rests on too few requests (its ``tail_note``) is
+    marked "†", said under the table, after what the p99 early-stopping estimate is and which
+    of its assumptions the table's points break (:func:`estimate_footnote`)."""
+    columns, left_out = measured_columns(frame, TABLE_LABELS, keep=ALWAYS_SHOWN)
     rows = frame.copy()
-    for column in ENERGY_COLUMNS & set(TABLE_LABELS) & set(rows.columns):
+    for column in METERED & set(columns):
         rows[column] = rows[column].astype(object).where(rows[column].notna(), NOT_MEASURED)
     notes = _notes(rows)
     if TAIL_MARKED in rows.columns and notes.any():
@@ -544,8 +560,8 @@ def results_table(frame: pd.DataFrame) -> str:
             f"{format_interval(_float(v), _float(h))} {TAIL_MARK}" if note and _is_number(v) else v
             for v, h, note in zip(rows[TAIL_MARKED], half, notes, strict=True)
         ]
-    parts = [markdown_table(rows, TABLE_LABELS)]
-    notes_below = [estimate_footnote(frame), tail_footnote(frame)]
+    parts = [markdown_table(rows, columns)]
+    notes_below = [left_out, estimate_footnote(frame), tail_footnote(frame)]
     return "\n\n".join([*parts, *(n for n in notes_below if n)])
 
 
@@ -722,7 +738,11 @@ def run_section(
     online: pd.DataFrame,
     provenance: dict[str, Any],
     plots: Iterable[str],
+    not_drawn: Mapping[str, str] | None = None,
 ) -> str:
+    """One run's part of the page: its configuration, its charts (``plots``: their PNGs; a
+    chart in ``not_drawn``, name → why, had nothing to draw: the sentence in its place), its
+    tables, energy and provenance."""
     parts = [
         f"## {run_path}",
         "### Configuration",
@@ -730,7 +750,7 @@ def run_section(
             provenance, {"offline": transport_text(offline), "online": transport_text(online)}
         ),
         "### Plots",
-        *[chart_image(p) for p in plots],
+        *[chart_or_why(p, not_drawn or {}) for p in plots],
         "### Offline: static batching, concurrency 1",
         results_table(offline),
         "### Online: dynamic batching over concurrency",

@@ -15,7 +15,7 @@ import vl_convert as vlc
 
 from deploybench import plots, report, summary
 from deploybench.chart_names import RUN_CHARTS, RunChart
-from deploybench.columns import CSV_COLUMNS
+from deploybench.columns import CSV_COLUMNS, TABLE_LABELS
 from deploybench.compare import (
     ENERGY,
     NO_CHANGE,
@@ -26,6 +26,7 @@ from deploybench.compare import (
     not_measured,
     point_verdict,
 )
+from deploybench.unmeasured import NO_STATUS, STATUS_COLUMNS, measured_columns
 
 RUN = "resnet50/h100/trt/fp16"
 NO_NVML = "not measured: NVML: libnvidia-ml.so.1 not found"
@@ -260,16 +261,23 @@ def test_energy_throughput_draws_each_point_with_both_intervals():
     assert "<svg" in vlc.vegalite_to_svg(plots.sized(chart, 300, 200).to_dict())
 
 
-def test_energy_throughput_without_a_meter_says_why():
+def test_energy_throughput_without_a_meter_is_not_drawn_and_says_why():
     offline = [unmeasured(row("offline", 1))]
     online = [unmeasured(row("online", 1))]
-    chart = plots.energy_throughput(inputs(offline, online))
-    spec = chart.to_dict()
+    measured = inputs(offline, online)
     why = NO_NVML.removeprefix("not measured: ")
-    assert spec["title"]["text"] == f"{plots.ENERGY_CHART_TITLE}: energy not measured: {why}"
-    assert spec["data"]["values"] == [{"note": f"energy not measured: {why}"}]
-    assert "<svg" in vlc.vegalite_to_svg(plots.sized(chart, 300, 200).to_dict())
-    # one scenario measured: its panel, and the other's says why not
+    # nothing to draw: the chart is not drawn, and why is the rows' energy_status
+    assert plots.not_drawn(measured) == {"energy_throughput": f"energy not measured: {why}"}
+    assert set(plots.draw_run_charts(measured)) == set(RUN_CHARTS) - {"energy_throughput"}
+    # called all the same, it is the stand-in its files hold: at a chart's size, the text wrapped
+    spec = plots.energy_throughput(measured).to_dict()
+    assert spec["title"]["text"] == "energy_throughput"
+    assert spec["width"] == 480 and spec["height"] == 300
+    [note] = spec["data"]["values"]
+    assert note["note"].replace("\n", " ") == f"not drawn: energy not measured: {why}"
+    assert "<svg" in vlc.vegalite_to_svg(spec)
+    # one scenario measured: drawn, its panel, and the other's says why not
+    assert plots.not_drawn(inputs([row("offline", 1)], online)) == {}
     spec = plots.energy_throughput(inputs([row("offline", 1)], online)).to_dict()
     assert spec["hconcat"][1]["data"]["values"] == [{"note": f"energy not measured: {why}"}]
     assert f"online: energy not measured: {why}" in spec["title"]["subtitle"]
@@ -279,8 +287,7 @@ def test_energy_throughput_of_csvs_from_before_energy(tmp_path):
     old = [c for c in CSV_COLUMNS if not c.startswith(("energy", "power", "idle", "throttl"))]
     rows = inputs([row("offline", 1)], [row("online", 1)])
     legacy = plots.ChartInputs(rows.offline[old], rows.online[old], rows.published, rows.reference)
-    spec = plots.energy_throughput(legacy).to_dict()
-    assert "the CSV has no energy columns" in spec["title"]["text"]
+    assert "the CSV has no energy columns" in plots.not_drawn(legacy)["energy_throughput"]
 
 
 # ------------------------------------------------------------------------------------- report
@@ -306,6 +313,70 @@ def test_report_tables_show_energy_its_interval_not_measured_and_a_marked_p99():
     assert "assumes independent queries issued one at a time" in table
     assert "concurrency up to 2" in table and "pool up to 3 trials" in table
     assert "not a 99 % confidence bound" in table
+
+
+# perf_analyzer's latencies, which the rows above leave empty: every column of a table measured
+LATENCIES = dict.fromkeys(
+    [c for c in TABLE_LABELS if c.endswith("_ms") and c not in ("p99_latency_ms", "p99_bound_ms")],
+    1.0,
+) | {"measured_requests": 1500, "duration_capped": False}
+
+
+def test_a_table_leaves_out_the_columns_no_point_measured_and_says_why():
+    points = [unmeasured(row("online", c, **LATENCIES)) for c in (1, 2)]
+    points[1]["energy_status"] = "not measured: energy meter none"
+    table = report.results_table(frame(points))
+    heading = table.splitlines()[0]
+    for left_out in ("Energy per inference (J)", "Energy above idle (J)", "Mean power (W)"):
+        assert left_out not in heading
+    assert "| Throttled |" not in heading and "not measured |" not in table
+    assert "| Inferences/Second |" in heading and "| Client Send (ms) |" in heading
+    # one line under the table: the columns, and the rows' distinct reasons
+    said = (
+        "Not shown, as no point here measured them: Energy per inference (J), Energy above "
+        f"idle (J), Mean power (W), Throttled ({NO_NVML}; not measured: energy meter none)."
+    )
+    assert table.split("\n\n")[1] == said
+    # measured at one point: the column stays, the other point's cell says "not measured"
+    some = report.results_table(frame([row("online", 1, **LATENCIES), points[0]]))
+    assert "Energy per inference (J)" in some.splitlines()[0] and "| not measured |" in some
+    assert "Not shown" not in some
+
+
+def test_measured_columns_keeps_the_point_and_says_why_once():
+    columns = {
+        "batch": "Batch",
+        "throughput": "Inferences/Second",
+        "energy_per_inference_triton_j": "Triton energy (J)",
+        "gpu_metric": "GPU utilisation (%)",
+        "status_text": "Status",
+        "absent": "Not in the CSV",
+    }
+    metrics = "not measured: the server's metrics endpoint has no nv_energy_consumption"
+    rows = pd.DataFrame(
+        {
+            "batch": [None, None],
+            "throughput": [100.0, 200.0],
+            "energy_per_inference_triton_j": [None, math.nan],
+            "triton_energy_status": [metrics, metrics],
+            "gpu_metric": ["", None],
+            "status_text": ["not measured: no GPU", "not measured: no GPU"],
+        }
+    )
+    kept, note = measured_columns(rows, columns, keep=["batch"])
+    assert kept == {"batch": "Batch", "throughput": "Inferences/Second"}  # the key stays
+    assert note == (
+        f"Not shown, as no point here measured them: Triton energy (J) ({metrics}); "
+        f"GPU utilisation (%) ({NO_STATUS}); Status (not measured: no GPU)."
+    )
+    # every column measured, or no rows at all: nothing left out, nothing said
+    assert measured_columns(rows[["throughput"]], columns) == (
+        {"throughput": "Inferences/Second"},
+        None,
+    )
+    assert measured_columns(rows.iloc[:0], columns)[1] is None
+    assert STATUS_COLUMNS["energy_per_inference_j"] == "energy_status"
+    assert STATUS_COLUMNS["throttled"] == "energy_status"
 
 
 def test_the_estimates_note_says_when_its_assumption_is_only_assumed():

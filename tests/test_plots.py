@@ -663,3 +663,61 @@ def test_sized_sets_each_panel_of_a_concatenation():
     assert "width" not in spec
     assert [(p["width"], p["height"]) for p in spec["hconcat"]] == [(210, 170)] * 2
     assert "width" not in chart.to_dict()["hconcat"][0]  # a copy: the chart is left as it was
+
+
+def test_a_chart_with_nothing_to_draw_is_not_drawn_its_files_and_page_say_why(tmp_path: Path):
+    """A CPU run without an energy meter: jobs.plots writes every file of energy_throughput
+    (Snakemake expects them) as a chart-sized "not drawn: <why>", and jobs.report's page says
+    the sentence in the chart's place, and leaves the energy columns out of its tables."""
+    from deploybench import jobs
+    from tests.conftest import base_config
+
+    run_path, status = "tft/cpu/onnx/fp32", "not measured: no RAPL: /sys/class/powercap is absent"
+    why = "energy not measured: no RAPL: /sys/class/powercap is absent"
+    run = tmp_path / "results" / run_path
+    run.mkdir(parents=True)
+    rows = perf_rows(configs=[("cpu", "onnx", "fp32")], model="tft").assign(energy_status=status)
+    csvs = {s: str(run / f"{s}.csv") for s in ("offline", "online")}
+    for scenario, path in csvs.items():
+        rows[rows["scenario"] == scenario].to_csv(path, index=False)
+    published, config = str(REPO / "config" / "reference" / "published.csv"), base_config()
+    stems = {
+        name: str(run / "plots" / name) for name in ("offline_throughput", "energy_throughput")
+    }
+    options = {"width": 300, "height": 200}
+    jobs.plots(
+        {"run_path": run_path, "stems": stems, "options": options},
+        **csvs, published=published, config=config,
+    )  # fmt: skip
+    assert "vega-lite" in (run / "plots" / "offline_throughput.html").read_text()  # drawn
+    page = (run / "plots" / "energy_throughput.html").read_text()
+    assert f"not drawn: {why}" in page and "<script" not in page
+    png = (run / "plots" / "energy_throughput.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    svg = ET.parse(run / "plots" / "energy_throughput.svg").getroot()
+    assert (
+        float(svg.get("width", "inf")) < 350
+    )  # a chart's width (the options' 300 px), not a line's
+    text = " ".join(svg.itertext())
+    assert "energy_throughput" in text and "not drawn: energy not measured:" in text
+
+    provenance = run / "offline.provenance.json"
+    provenance.write_text(json.dumps({"config": {"gpu_name": "CPU"}}))
+    report_run = {
+        "path": run_path, **csvs, "plots": [f"{stem}.png" for stem in stems.values()],
+        "provenance": str(provenance), "accelerator": None, "search": None,
+    }  # fmt: skip
+    comparisons = {s: str(tmp_path / "reports" / f"comparison_{s}") for s in ("offline", "online")}
+    spec = {"model": "tft", "runs": [report_run], "stems": comparisons, "options": options}
+    markdown = tmp_path / "reports" / "tft.md"
+    jobs.report(
+        spec, published=published, markdown=str(markdown),
+        html=str(markdown.with_suffix(".html")), config=config,
+    )  # fmt: skip
+    text = markdown.read_text()
+    assert f"*energy_throughput: not drawn:* {why}." in text
+    assert "energy_throughput.png" not in text and "plots/offline_throughput.png)" in text
+    assert (
+        f"Energy per inference (J), Energy above idle (J), Mean power (W), Throttled ({status})"
+        in text
+    )

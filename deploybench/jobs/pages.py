@@ -9,40 +9,64 @@ from typing import TYPE_CHECKING, Any
 from ..io import write_text
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ..job_specs import (
         PlotsSpec,
         ReportSpec,
     )
+    from ..plots import ChartInputs
 
 log = logging.getLogger("deploybench")
+
+
+def chart_inputs(
+    config: dict[str, Any],
+    published: pd.DataFrame,
+    run_path: str,
+    offline: pd.DataFrame,
+    online: pd.DataFrame,
+) -> ChartInputs:
+    """What a run's charts are drawn from (``published``: the published table): the plots job
+    draws them, the report job asks which have nothing to draw (``plots.not_drawn``)."""
+    from .. import plots as charts
+    from ..report import no_published_reason, published_rows, reference_rows
+
+    return charts.ChartInputs(
+        offline=offline,
+        online=online,
+        published=published_rows(config, published, run_path),
+        # Nothing published for the run (a CPU run): the seed page's GPU rows beside it instead.
+        reference=reference_rows(config, published, run_path),
+        no_published_reason=no_published_reason(config, run_path),
+    )
 
 
 def plots(
     spec: PlotsSpec, *, offline: str, online: str, published: str, config: dict[str, Any]
 ) -> None:
     """The charts of one run: ``spec["stems"]`` maps a chart name to its file stem; each is
-    drawn by the function ``plots.run_chart`` registered for it."""
+    drawn by the function ``plots.run_chart`` registered for it, or where its data has nothing
+    to draw (``plots.not_drawn``) its files say why."""
     import altair as alt  # the charts' (named here: the driver image must hold it)
     import pandas as pd
 
     from .. import plots as charts
-    from ..report import no_published_reason, published_rows, reference_rows
 
-    table, run_path = pd.read_csv(published), spec["run_path"]
-    inputs = charts.ChartInputs(
-        offline=pd.read_csv(offline),
-        online=pd.read_csv(online),
-        published=published_rows(config, table, run_path),
-        # Nothing published for the run (a CPU run): the seed page's GPU rows beside it instead.
-        reference=reference_rows(config, table, run_path),
-        no_published_reason=no_published_reason(config, run_path),
+    run_path = spec["run_path"]
+    inputs = chart_inputs(
+        config, pd.read_csv(published), run_path, pd.read_csv(offline), pd.read_csv(online)
     )
+    skipped = charts.not_drawn(inputs)
     built: dict[str, alt.TopLevelMixin] = charts.draw_run_charts(inputs)
-    options = spec["options"]
+    width, height = spec["options"]["width"], spec["options"]["height"]
     for name, stem in spec["stems"].items():
+        if name in skipped:
+            charts.save_not_drawn(name, skipped[name], Path(stem), width, height)
+            log.info("%s: not drawn (%s): %s", name, skipped[name], stem)
+            continue
         # sized: a faceted chart (several configurations) takes the size per cell.
-        chart = charts.sized(built[name], options["width"], options["height"])
-        charts.save(chart, Path(stem))
+        charts.save(charts.sized(built[name], width, height), Path(stem))
         log.info("%s: %s", name, stem)
 
 
@@ -94,7 +118,9 @@ def report(
         checkpoint = run.get("checkpoint")
         if checkpoint:  # the configured checkpoint's file and sha256 (publication_gate)
             provenance["config"]["checkpoint_source"] = read_json(checkpoint).get("source")
-        sections.append(run_section(run["path"], offline, online, provenance, plots))
+        # the run's charts with nothing to draw: the page says why in their place
+        skipped = charts.not_drawn(chart_inputs(config, reference, run["path"], offline, online))
+        sections.append(run_section(run["path"], offline, online, provenance, plots, skipped))
         if run["search"]:
             search = run["search"]
             sections.append(
