@@ -4,7 +4,7 @@ One built run (default ``results/tft/cpu/onnx/fp32``, gpu=cpu) is served by one 
 and measured at one point (the offline job's largest batch at concurrency 1, or ``--batch`` /
 ``--concurrency``) with the run's own measurement settings, exactly as the workflow's measuring
 job does (``perf.measure_point``). ``--rounds`` paired rounds; each round measures one trial
-**without** the sampler (``energy=perf.NOT_MEASURED``) and one **with** it: the sampler thread
+**without** the sampler (``instruments.NOT_MEASURED``) and one **with** it: the sampler thread
 reading an NVML meter every ``--sample-ms`` in this process while perf_analyzer runs. Which
 side goes first alternates, so that drift of the machine hits both sides alike. The NVML meter
 reads the stand-in ``libnvidia-ml.so.1`` (tests/fixtures/fake_libnvidia_ml.c, compiled here
@@ -43,8 +43,10 @@ from snakemake.utils import validate
 
 from deploybench import perf, stats
 from deploybench.config import deep_merge, load_yaml
+from deploybench.instruments import NOT_MEASURED, NOT_READ, TrialEnergy
 from deploybench.jobs.measure import energy_meter, ready_server
 from deploybench.models import load_family
+from deploybench.perf_inputs import write_input_data
 from deploybench.plan import plan_run
 from deploybench.server import graceful_signals
 from deploybench.telemetry import Meter, Sample
@@ -186,10 +188,10 @@ def main() -> int:
             if meter is None:
                 raise SystemExit(f"the NVML meter did not open: {status}")
             timed = TimedMeter(meter)
-            energy = perf.TrialEnergy(status, timed, args.sample_ms / 1000)
+            energy = TrialEnergy(status, timed, args.sample_ms / 1000)
             sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
             feeds = served_feeds(sample, served_inputs(server.http_url, model_name))
-            perf.write_input_data(feeds, data)
+            write_input_data(feeds, data)
             output_bytes = perf.output_bytes_per_sample(
                 infer_triton(server.http_url, model_name, sample, outputs).values()
             )
@@ -198,18 +200,18 @@ def main() -> int:
                 for i in range(args.rounds):
                     order = ("without", "with") if i % 2 == 0 else ("with", "without")
                     for side in order:
-                        row = perf.measure_point(
-                            model_name=model_name,
-                            url=server.url(transport.protocol),
-                            transport=transport,
-                            point=point,
-                            input_data=data,
-                            settings=settings,
-                            check_server=server.check_alive,
+                        measurement = perf.Measurement(
+                            model_name,
+                            server.url(transport.protocol),
+                            transport,
+                            data,
+                            settings,
+                            instruments=(energy if side == "with" else NOT_MEASURED, NOT_READ),
                             output_bytes_per_sample=output_bytes,
-                            warm_up=rate is None,
-                            rate=rate,
-                            energy=energy if side == "with" else perf.NOT_MEASURED,
+                            check_server=server.check_alive,
+                        )
+                        row = perf.measure_point(
+                            measurement, point, warm_up=rate is None, rate=rate
                         )
                         s = sides[side]
                         s.throughput.append(float(row["throughput"]))

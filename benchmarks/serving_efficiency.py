@@ -44,6 +44,7 @@ from snakemake.utils import validate
 from deploybench import perf, stats
 from deploybench.config import resolve
 from deploybench.models import load_family
+from deploybench.perf_inputs import write_input_data
 from deploybench.plan import plan_run
 from deploybench.runtime import Runner, load_runner, threads_per_instance
 from deploybench.server import TritonServer, graceful_signals
@@ -148,7 +149,7 @@ def benchmark(model: str, run_dir: Path, rounds: int, threads: int | None) -> Re
             served = served_feeds(
                 family.example_inputs(1, seed=0), served_inputs(server.http_url, model)
             )
-            perf.write_input_data(served, data)
+            write_input_data(served, data)
             # what perf_analyzer sends: the one example repeated to the batch (a FastPitch
             # mel's length, and so its cost, depends on the input)
             feeds = {name: np.repeat(array, batch, axis=0) for name, array in served.items()}
@@ -156,22 +157,20 @@ def benchmark(model: str, run_dir: Path, rounds: int, threads: int | None) -> Re
             outputs = [s.name for s in family.outputs]
             rate: float | None = None
             inferences = settings.request_count * batch
+            measurement = perf.Measurement(
+                model,
+                server.url(transport.protocol),
+                transport,
+                data,
+                settings,
+                output_bytes_per_sample=output_bytes,
+                check_server=server.check_alive,
+            )
             with perf.shared_memory_guard(transport, list(served), outputs):
                 for i in range(rounds):
                     if i % 2:  # odd rounds: in-process first, as long as the last Triton trial
                         local.append(in_process(runner, feeds, batch, inferences))
-                    row = perf.measure_point(
-                        model_name=model,
-                        url=server.url(transport.protocol),
-                        transport=transport,
-                        point=point,
-                        input_data=data,
-                        settings=settings,
-                        check_server=server.check_alive,
-                        output_bytes_per_sample=output_bytes,
-                        warm_up=i == 0,
-                        rate=rate,
-                    )
+                    row = perf.measure_point(measurement, point, warm_up=i == 0, rate=rate)
                     triton.append(float(row["throughput"]))
                     # one request at a time, back to back: the rate the requests were served
                     # at, free of how perf_analyzer's windows cut them (see README)

@@ -149,13 +149,14 @@ def check_answer(url: str, dtype: str, timeout_s: float) -> str:
 def measure(url: str, dtype: str, folder: Path, log_file: Path, timeout_s: float) -> str:
     """One short perf_analyzer trial, as a run's offline point is measured."""
     from .perf import (
+        Measurement,
         MeasureSettings,
         Point,
         measure_point,
         output_bytes_per_sample,
         shared_memory_guard,
-        write_input_data,
     )
+    from .perf_inputs import write_input_data
     from .transport import Transport
 
     transport = Transport("http", "system")
@@ -170,17 +171,16 @@ def measure(url: str, dtype: str, folder: Path, log_file: Path, timeout_s: float
         max_windows=3,
     )
     with shared_memory_guard(transport, ["x"], ["y"]):
-        row = measure_point(
-            model_name=model_name(dtype),
-            url=url,
-            transport=transport,
-            point=Point(batch=MAX_BATCH, concurrency=1),
-            input_data=input_data,
-            settings=settings,
-            log_file=log_file,
+        measurement = Measurement(
+            model_name(dtype),
+            url,
+            transport,
+            input_data,
+            settings,
             output_bytes_per_sample=output_bytes_per_sample([sample(dtype, 1)]),
-            warm_up=False,
+            log_file=log_file,
         )
+        row = measure_point(measurement, Point(batch=MAX_BATCH, concurrency=1), warm_up=False)
     if not row["throughput"] > 0:
         raise CanaryFailed(f"perf_analyzer measured no throughput: {row}")
     return (

@@ -27,11 +27,9 @@ never stabilises is measured once more with the stability criterion off and kept
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import hashlib
-import json
 import logging
 import math
 import os
@@ -41,21 +39,17 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import stats, tools
 from .collectors import (
-    ENERGY,
     PERF_ANALYZER,
     PROFILE_EXPORT,
-    TRITON_METRICS,
-    EnergyOutput,
     PerfAnalyzerOutput,
-    TritonMetricsOutput,
     collect_trial,
     derived_values,
 )
@@ -72,16 +66,12 @@ from .columns import (  # noqa: F401 - LATENCY_COLUMNS, MEASURED: perf's names t
     slowdown_parts,
     slowdown_text,
 )
-from .errors import DataError, PerfError
+from .errors import PerfError
+from .instruments import UNMEASURED, Attempt, Instrument, Recorded
 from .process import die_with_parent
 from .progress import TrialDone
 from .server import SHM_DIR
-from .tensors import TensorSpec
 from .transport import Transport
-
-if TYPE_CHECKING:
-    from .telemetry import Meter
-    from .triton_metrics import TritonEnergy
 
 log = logging.getLogger(__name__)
 
@@ -164,33 +154,6 @@ class MeasureSettings:
 
 
 @dataclass(frozen=True)
-class TrialEnergy:
-    """How a scenario's trials measure energy: its meter (None: not measured, ``status`` says
-    why), read every ``interval_s`` by a sampler thread in this process while perf_analyzer
-    measures, and the idle power measured before the first trial (None: not measured).
-    ``triton``: the second meter, Triton's own energy counter, polled beside it where the
-    server has one (deploybench.triton_metrics; None: not read)."""
-
-    status: str  # the meter's name, or "not measured: <why>"
-    meter: Meter | None = None
-    interval_s: float = 0.1
-    idle_power_w: float | None = None
-    power_limit_w: float | None = None
-    triton: TritonEnergy | None = None
-    # how often the meter's counter updates (s), measured once per job; a window shorter than
-    # telemetry.MIN_COUNTER_PERIODS of it is not measured (telemetry.window_refusal)
-    counter_period_s: float | None = None
-    # the idle power's 95 % half-width (None: none), which widens the interval above it
-    idle_ci95_w: float | None = None
-    # the share of a trial's windows a thermal or hardware slowdown may take before the trial
-    # counts as throttled, its point unstable (energy.max_slowdown_fraction)
-    max_slowdown_fraction: float = 0.05
-
-
-NOT_MEASURED = TrialEnergy("not measured: no energy meter configured")
-
-
-@dataclass(frozen=True)
 class ExportSize:
     """What perf_analyzer's profile export would hold of a request's tensors: whether this
     perf_analyzer records them at all (:func:`deploybench.tails.records_tensors`), and the
@@ -208,75 +171,45 @@ class ExportSize:
 TIMESTAMPS_ONLY = ExportSize()  # a perf_analyzer that records no tensors (2.41)
 
 
-# Types perf_analyzer 2.41 refuses as a JSON number list ("Can not use explicit tensor
-# description for fp16 datatype", triton-inference-server/client r23.12,
-# src/c++/perf_analyzer/perf_utils.cc SerializeExplicitTensor; bf16 the same): they go as
-# base64 of their little-endian bytes, `{"content": {"b64": ...}, "shape": [...]}`
-# (docs/input_data.md of the same tag; read by data_loader.cc ReadTensorData).
-BASE64_TYPES = frozenset({"float16", "bfloat16"})
+def _alive() -> None:
+    """A server check that never fails: no server to ask."""
 
 
-def _tensor_data(example: np.ndarray) -> dict[str, Any]:
-    """One example of one input as perf_analyzer's ``--input-data`` takes it."""
-    shape = list(example.shape)
-    if example.dtype.name in BASE64_TYPES:
-        raw = np.ascontiguousarray(example, dtype=example.dtype.newbyteorder("<")).tobytes()
-        return {"content": {"b64": base64.b64encode(raw).decode("ascii")}, "shape": shape}
-    return {"content": example.ravel().tolist(), "shape": shape}
+@dataclass(frozen=True)
+class Measurement:
+    """A scenario's measurement, handed to each of its trials whole: what perf_analyzer
+    measures (the served model, the server's URL, the transport, the example to send) and how
+    (``settings``), and the instruments measuring beside it (deploybench.instruments; the
+    energy and Triton-counter columns say "not measured" where none is given).
 
+    ``batch_models``: a batch measured on a model of its own (offline per-batch engines);
+    ``output_bytes_per_sample``: the output region's size (perf_command); ``export_size``:
+    what the profile export would hold of the tensors (tails.export_too_costly);
+    ``check_server``: raises when the server died (a dead server explains a failure best)."""
 
-def read_input_files(directory: Path, inputs: Iterable[TensorSpec]) -> dict[str, np.ndarray]:
-    """One example (batch 1) from perf_analyzer input files as DLE's ``prepare_input_data.py``
-    wrote them: ``<directory>/<input name>``, raw little-endian values of the input's type,
-    exactly its shape's count (FastPitch's ``INPUT__0``: 128 int64 symbol ids). Read as
-    numbers only (``np.frombuffer``), never as code; a file's sha256 is its input's
-    :func:`raw_sha256` (it holds exactly those bytes)."""
-    feeds = {}
-    for spec in inputs:
-        path = Path(directory) / spec.name
-        if not path.is_file():
-            raise DataError(f"{path}: no input file for {spec.name} (perf.input_data)")
-        raw = path.read_bytes()
-        dtype = np.dtype(spec.dtype).newbyteorder("<")
-        count = math.prod(spec.shape)
-        if len(raw) != count * dtype.itemsize:
-            raise DataError(
-                f"{path}: {len(raw) / dtype.itemsize:g} {spec.dtype} values, but {spec.name} "
-                f"takes {count} (shape {list(spec.shape)})"
-            )
-        values = np.frombuffer(raw, dtype=dtype)
-        feeds[spec.name] = values.astype(spec.dtype).reshape((1, *spec.shape))
-    return feeds
+    model_name: str
+    url: str
+    transport: Transport
+    input_data: Path
+    settings: MeasureSettings
+    instruments: tuple[Instrument, ...] = UNMEASURED
+    output_bytes_per_sample: int = 0
+    export_size: ExportSize = TIMESTAMPS_ONLY
+    batch_models: Mapping[str, str] = field(default_factory=dict)
+    log_file: Path | None = None
+    check_server: Callable[[], None] = _alive
 
+    def __post_init__(self) -> None:
+        sources = [i.source for i in self.instruments if i.source is not None]
+        if len(sources) != len(set(sources)):
+            raise PerfError(f"two instruments feed one source: {sources}")
 
-def raw_sha256(feeds: dict[str, np.ndarray]) -> dict[str, str]:
-    """Each input's sha256, by name, of its example's values as a raw little-endian file holds
-    them (DLE's ``prepare_input_data.py`` ``tofile``): the same digest whether the example was
-    read from DLE's file or made here, which ``published_needs.input_sha256`` pins."""
-    return {
-        name: hashlib.sha256(
-            np.ascontiguousarray(array[0], dtype=array.dtype.newbyteorder("<")).tobytes()
-        ).hexdigest()
-        for name, array in sorted(feeds.items())
-    }
+    def served_model(self, point: Point) -> str:
+        """The model that serves ``point``: its batch's own, or the scenario's."""
+        return self.batch_models.get(str(point.batch), self.model_name)
 
-
-def inputs_digest(feeds: dict[str, np.ndarray]) -> str:
-    """sha256 of the example perf_analyzer sends (names, types, shapes and bytes): what a row
-    was measured with, comparable across runs."""
-    digest = hashlib.sha256()
-    for name in sorted(feeds):
-        array = np.ascontiguousarray(feeds[name])
-        digest.update(f"{name}:{array.dtype.str}:{list(array.shape)}:".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()
-
-
-def write_input_data(feeds: dict[str, np.ndarray], path: Path) -> None:
-    """perf_analyzer ``--input-data`` JSON: one example (no batch dimension); perf_analyzer
-    repeats it to the requested batch size."""
-    data = {"data": [{name: _tensor_data(array[0]) for name, array in feeds.items()}]}
-    path.write_text(json.dumps(data))
+    def instrument_flags(self) -> list[str]:
+        return [flag for instrument in self.instruments for flag in instrument.flags()]
 
 
 # perf_analyzer's default output region (DLE's runner passes this value too).
@@ -304,6 +237,7 @@ def perf_command(
     max_windows: int | None = None,
     mode: str = "count_windows",
     profile_export: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """The perf_analyzer command line for one point (DLE's flags), over ``transport``: ``-i
     http|grpc``, and ``--shared-memory system|cuda`` unless it uses none (perf_analyzer's
@@ -313,7 +247,8 @@ def perf_command(
     ``mode``: count_windows (``--measurement-request-count``) or time_windows (windows of
     ``interval_ms``, as perf_client's ``-p``). ``profile_export``: where perf_analyzer writes
     every request's timestamps and its windows' boundaries (``--profile-export-file``, in
-    client r23.12's command_line_parser.cc and profile_data_exporter.cc).
+    client r23.12's command_line_parser.cc and profile_data_exporter.cc). ``extra``: the flags
+    of the instruments measuring beside it (``--collect-metrics``: deploybench.instruments).
 
     The output shared-memory region (system or CUDA) must hold a whole batch of outputs (an
     nnU-Net volume is 25 MB a sample), so it is sized from the bytes one sample's outputs take.
@@ -345,7 +280,7 @@ def perf_command(
         cmd += ["--max-trials", str(max_windows)]
     if profile_export is not None:  # every request's timestamps (deploybench.tails)
         cmd += ["--profile-export-file", str(profile_export)]
-    return cmd
+    return cmd + list(extra)  # the instruments' (Measurement.instrument_flags)
 
 
 def shared_memory_regions(inputs: list[str], outputs: list[str]) -> list[Path]:
@@ -448,95 +383,69 @@ def run_perf_analyzer(cmd: list[str], timeout_s: float, log_file: Path | None) -
 
 
 def measure_point(
-    *,
-    model_name: str,
-    url: str,
-    transport: Transport,
-    point: Point,
-    input_data: Path,
-    settings: MeasureSettings,
-    log_file: Path | None = None,
-    check_server: Callable[[], None] = lambda: None,
-    output_bytes_per_sample: int = 0,
-    warm_up: bool = True,
-    rate: float | None = None,
-    energy: TrialEnergy = NOT_MEASURED,
-    export_size: ExportSize = TIMESTAMPS_ONLY,
+    measurement: Measurement, point: Point, *, warm_up: bool = True, rate: float | None = None
 ) -> dict[str, Any]:
     """One trial of one point: warm up (``warm_up``, and a warm-up factor), then measure until
     stable (at most ``max_retries`` retries) for at least the duration floor. ``rate``: the
     point's requests per second when known (a warm-up measures it). A measuring attempt
-    records every request (perf_analyzer's profile export) and, with ``energy``'s meter, the
-    meter's readings beside it; the trial's values are over its measured windows. Where that
-    export would hold too many tensors (``export_size``: tails.export_too_costly, for the
-    requests a window holds: MeasureSettings.requests_held) it is not asked for: the trial then
-    has no tails and no energy, and says why. In time windows that count is the rate x the
-    interval; where no warm-up or earlier trial measured the rate, an export that records
-    tensors is not asked for either (its size is not known)."""
+    records every request (perf_analyzer's profile export) and runs the measurement's
+    instruments beside it; the trial's values are over its measured windows. Where that export
+    would hold too many tensors (``export_size``: tails.export_too_costly, for the requests a
+    window holds: MeasureSettings.requests_held) it is not asked for: the trial then has no
+    tails, its instruments no windows, and they say why. In time windows that count is the
+    rate x the interval; where no warm-up or earlier trial measured the rate, an export that
+    records tensors is not asked for either (its size is not known)."""
     from .tails import export_too_costly, read_profile_export
-    from .telemetry import Sampler, window, window_refusal
-    from .triton_metrics import Poller, trial_energy
 
+    settings, transport = measurement.settings, measurement.transport
+    size = measurement.export_size
     with tempfile.TemporaryDirectory(prefix="deploybench-pa-") as tmp:
         result_csv = Path(tmp) / "point.csv"
         export = Path(tmp) / "requests.json"
-        samples: list[Any] = []
-        skipped: list[str] = []  # why the last measuring attempt asked for no export
-        polled: list[Poller] = []  # the last measuring attempt's readings of Triton's counter
+        last: list[tuple[Attempt, list[Any]]] = []  # the last attempt and its instruments' runs
 
         def attempt(
             requests: int, stability: str | None, windows_of: int = 1, measuring: bool = True
         ) -> tuple[int, str]:
-            check_server()
+            measurement.check_server()
             result_csv.unlink(missing_ok=True)
             export.unlink(missing_ok=True)
             # the export holds every request its windows held: in time windows that is the
             # point's rate (its warm-up's or previous trial's) x the interval, not `requests`
             too_costly = (
                 export_too_costly(
-                    tensors_recorded=export_size.tensors_recorded,
+                    tensors_recorded=size.tensors_recorded,
                     shared_memory=transport.shared_memory != "none",
-                    values_per_request=export_size.values_per_request(point.batch),
+                    values_per_request=size.values_per_request(point.batch),
                     requests_per_window=settings.requests_held(rate, requests, windows_of),
                     max_windows=settings.max_windows,
                 )
                 if measuring
                 else None
             )
-            skipped[:] = [too_costly] if too_costly else []
-            exporting = measuring and not too_costly
+            this = Attempt(str(point), measuring and not too_costly, too_costly)
             cmd = perf_command(
-                model_name=model_name,
-                url=url,
+                model_name=measurement.served_model(point),
+                url=measurement.url,
                 transport=transport,
                 point=point,
-                input_data=input_data,
+                input_data=measurement.input_data,
                 request_count=requests,
                 interval_ms=settings.measurement_interval_ms * windows_of,
                 result_csv=result_csv,
                 stability_percentage=stability,
-                output_bytes_per_sample=output_bytes_per_sample,
+                output_bytes_per_sample=measurement.output_bytes_per_sample,
                 max_windows=settings.max_windows,
                 mode=settings.measurement_mode,
-                profile_export=export if exporting else None,
+                profile_export=export if this.recording else None,
+                extra=measurement.instrument_flags(),
             )
-            sampling = (
-                Sampler(energy.meter, energy.interval_s)
-                if exporting and energy.meter is not None
-                else contextlib.nullcontext()
-            )
-            triton = energy.triton
-            polling = (
-                Poller(triton)
-                if exporting and triton is not None and triton.url is not None
-                else contextlib.nullcontext()
-            )
-            with sampling as sampler, polling as poller:
-                code, out = run_perf_analyzer(cmd, settings.timeout_s, log_file)
-            samples[:] = sampler.samples if sampler is not None else []
-            polled[:] = [poller] if poller is not None else []
+            with contextlib.ExitStack() as stack:
+                ran = [stack.enter_context(i.during(this)) for i in measurement.instruments]
+                code, out = run_perf_analyzer(cmd, settings.timeout_s, measurement.log_file)
+            last[:] = [(this, ran)]
             if code != 0 and UNSTABLE_MARKER not in out:
-                check_server()  # a dead server explains the failure best
+                measurement.check_server()  # a dead server explains the failure best
                 raise PerfError(f"perf_analyzer failed (exit {code}) at {point}:\n{out[-2000:]}")
             return code, out
 
@@ -572,52 +481,21 @@ def measure_point(
                 if limit is not None:  # retries stay within the duration cap
                     requests = min(requests, limit)
                 continue
-            # the trial's tools' outputs → its values (a tool measuring beside perf_analyzer
-            # adds its output here: collectors.collect_trial)
-            measured = None if skipped else read_profile_export(export)
-            telemetry = (
-                window(samples, measured.start_ns, measured.end_ns)
-                if samples and measured is not None
-                else None
-            )
-            # a co-tenant on the GPU, a counter that did not advance, a window too short for
-            # the counter's steps: no energy, and the status says why
-            refused = window_refusal(telemetry, energy.counter_period_s) if telemetry else None
-            if refused:
-                log.warning("%s: energy not measured: %s", point, refused)
-                telemetry = None
-            if skipped:
-                log.warning("%s: %s", point, skipped[0])
-            status = (
-                f"not measured: {skipped[0]}"
-                if skipped and energy.meter is not None
-                else f"not measured: {refused}"
-                if refused
-                else energy.status
-            )
-            inferences = measured.requests * point.batch if measured is not None else 0
-            triton_j, triton_status = trial_energy(
-                energy.triton,
-                polled[0] if polled else None,
-                (measured.start_ns, measured.end_ns) if measured is not None else None,
-                skipped[0] if skipped else None,
-            )
-            values = collect_trial(
-                {
-                    PERF_ANALYZER: PerfAnalyzerOutput(result_csv, out),
-                    PROFILE_EXPORT: measured,
-                    ENERGY: EnergyOutput(
-                        status,
-                        telemetry,
-                        inferences,
-                        energy.idle_power_w,
-                        energy.power_limit_w,
-                        energy.idle_ci95_w,
-                        energy.max_slowdown_fraction,
-                    ),
-                    TRITON_METRICS: TritonMetricsOutput(triton_status, triton_j, inferences),
-                }
-            )
+            # the trial's tools' outputs → its values (collectors.collect_trial)
+            this, ran = last[0]
+            if this.unrecorded:
+                log.warning("%s: %s", point, this.unrecorded)
+            window = read_profile_export(export) if this.recording else None
+            inferences = window.requests * point.batch if window is not None else 0
+            recorded = Recorded(window, inferences)
+            outputs: dict[str, Any] = {
+                PERF_ANALYZER: PerfAnalyzerOutput(result_csv, out),
+                PROFILE_EXPORT: window,
+            }
+            for instrument, running in zip(measurement.instruments, ran, strict=True):
+                if instrument.source is not None:
+                    outputs[instrument.source] = instrument.output(this, running, recorded)
+            values = collect_trial(outputs)
             seconds = measured_seconds(values, point.batch)
             if (
                 seconds is not None

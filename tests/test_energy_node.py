@@ -21,6 +21,7 @@ import pytest
 
 from deploybench import perf
 from deploybench.gpu_identity import SERVER_GPUS, ServerGpus, instance_group_gpus
+from deploybench.instruments import TrialEnergy
 from deploybench.jobs.measure import energy_meter, server_gpus
 from deploybench.nvml import ERROR_NO_PERMISSION, Nvml, NvmlError
 from deploybench.telemetry import (
@@ -248,11 +249,9 @@ def test_without_cuda_the_servers_gpus_are_named_by_the_uuids_it_is_given(
 # --- co-tenants -------------------------------------------------------------------------------
 
 
-def trial_energy(library: Path, period_s: float | None = None) -> perf.TrialEnergy:
+def trial_energy(library: Path, period_s: float | None = None) -> TrialEnergy:
     meter = open_meter("nvml", nvml_library=str(library), environ={})
-    return perf.TrialEnergy(
-        "nvml", meter, 0.02, 150.0, meter.power_limit_w(), counter_period_s=period_s
-    )
+    return TrialEnergy("nvml", meter, 0.02, 150.0, meter.power_limit_w(), counter_period_s=period_s)
 
 
 def test_a_co_tenant_on_the_gpu_leaves_the_trial_without_energy_saying_so(

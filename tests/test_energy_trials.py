@@ -16,6 +16,7 @@ import pytest
 
 from deploybench import perf, stats, tails
 from deploybench.collectors import with_idle
+from deploybench.instruments import TrialEnergy
 from deploybench.io import write_csv
 from deploybench.jobs.measure import IdleReads, energy_meter
 from deploybench.telemetry import open_meter
@@ -41,9 +42,9 @@ def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def trial_energy(
     library: Path, idle_power_w: float | None = 150.0, idle_ci95_w: float | None = None
-) -> perf.TrialEnergy:
+) -> TrialEnergy:
     meter = open_meter("nvml", nvml_library=str(library))
-    return perf.TrialEnergy(
+    return TrialEnergy(
         "nvml", meter, 0.02, idle_power_w, meter.power_limit_w(), idle_ci95_w=idle_ci95_w
     )
 
@@ -154,9 +155,7 @@ def test_without_a_meter_the_columns_are_empty_and_say_why(tmp_path, monkeypatch
     stand_in(tmp_path, monkeypatch)
     settings = perf.MeasureSettings(request_count=50, warmup_factor=0)
     why = "not measured: no RAPL: /sys/class/powercap is absent"
-    rows = [
-        measure(tmp_path, settings, energy=perf.TrialEnergy(why)) | {"trial": n} for n in (1, 2)
-    ]
+    rows = [measure(tmp_path, settings, energy=TrialEnergy(why)) | {"trial": n} for n in (1, 2)]
     assert all(r["energy_status"] == why for r in rows)
     assert all(r.get(c) is None for r in rows for c in ENERGY_NUMBERS)
     [point] = perf.summarize(rows, max_ci_pct=50)

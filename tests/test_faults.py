@@ -29,6 +29,7 @@ import yaml
 
 from deploybench import perf
 from deploybench import server as srv
+from deploybench.perf_inputs import write_input_data
 from deploybench.transport import Transport
 from tests.conftest import (
     ONCE_A_POINT,
@@ -288,24 +289,24 @@ def test_truncated_export_is_caught_before_serving(copy_of):
 
 def input_data(tmp_path: Path) -> Path:
     path = tmp_path / "data.json"
-    perf.write_input_data({"x": np.ones((1, 4), np.float32)}, path)
+    write_input_data({"x": np.ones((1, 4), np.float32)}, path)
     return path
 
 
 def measure(
     server: srv.TritonServer, data: Path, **settings: float
 ) -> dict[str, float | int | bool]:
-    return perf.measure_point(
-        model_name="ident",
-        url=server.grpc_url,
-        transport=Transport("grpc", "system"),
-        point=perf.Point(1, 1),
-        input_data=data,
-        settings=perf.MeasureSettings(
+    measurement = perf.Measurement(
+        "ident",
+        server.grpc_url,
+        Transport("grpc", "system"),
+        data,
+        perf.MeasureSettings(
             **{"request_count": 50, "warmup_factor": 0, "max_retries": 0, **settings}
         ),
         check_server=server.check_alive,
     )
+    return perf.measure_point(measurement, perf.Point(1, 1))
 
 
 def test_hung_perf_analyzer_is_killed_and_its_shared_memory_removed(tmp_path):

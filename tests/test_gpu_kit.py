@@ -275,7 +275,7 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
         assert "results/kit-canary/canary.json" in names
         archive.extractall(tmp_path / "back", filter="data")
     # the CPU default's fp16 run, as a GPU's: fp16 TorchScript made on the run's device and
-    # served with FP16 tensors, which perf_analyzer was sent as base64 (perf.BASE64_TYPES)
+    # served with FP16 tensors, which perf_analyzer was sent as base64 (perf_inputs.BASE64_TYPES)
     fp16 = tree / runs[1]
     served = read_config(fp16 / "repository/tft/config.pbtxt")
     types = {model_config_pb2.DataType.Name(t.data_type) for t in served.input}

@@ -21,7 +21,7 @@ from deploybench.errors import DataError
 from deploybench.models import load_family
 from deploybench.models.fastpitch import FastPitchFamily, text_to_ids
 from deploybench.models.tft import TFTFamily
-from deploybench.perf import write_input_data
+from deploybench.perf_inputs import write_input_data
 from tests.conftest import base_config, processes_mentioning, validated
 
 FASTPITCH_RUN = ("fastpitch", "cpu", "onnx", "fp32")
@@ -175,7 +175,7 @@ def test_fp16_and_fp32_reach_the_real_perf_analyzer(tmp_path):
 def test_dles_own_input_files_are_read_as_numbers(tmp_path):
     """perf.input_data: a directory of raw files named after the inputs, as DLE's
     prepare_input_data.py writes them (FastPitch's INPUT__0: 128 int64 ids)."""
-    from deploybench.perf import inputs_digest, read_input_files
+    from deploybench.perf_inputs import inputs_digest, read_input_files
     from deploybench.tensors import TensorSpec
 
     spec = TensorSpec("INPUT__0", "int64", (128,))
@@ -209,7 +209,7 @@ def test_dles_fastpitch_input_file_is_the_pinned_one(tmp_path):
     tiled to 128 and written as int64 by ``tofile``. Read through perf.input_data, its sha256 is
     what the measurement records and the report compares."""
     from deploybench.models.fastpitch import SYMBOL_ID, tile_ids
-    from deploybench.perf import raw_sha256, read_input_files
+    from deploybench.perf_inputs import raw_sha256, read_input_files
     from deploybench.tensors import TensorSpec
 
     cleaned = "misess de mohrenschildt thought that oswald,"
@@ -229,7 +229,7 @@ def test_fastpitch_perf_input_from_dles_filelist_is_the_pinned_file(tmp_path):
     """The family's own letters path (text_to_ids: english_cleaners' abbreviations) on a
     filelist whose first line is DLE's makes the pinned file's bytes, without DLE's code: the
     sha256 the measurement records of what it sent is the pinned one."""
-    from deploybench.perf import raw_sha256
+    from deploybench.perf_inputs import raw_sha256
 
     (tmp_path / "filelists").mkdir()
     filelist = tmp_path / "filelists" / "ljs_mel_dur_pitch_text_test_filelist.txt"

@@ -19,6 +19,8 @@ import pytest
 from deploybench import perf, tails
 from deploybench import server as srv
 from deploybench import triton_metrics as tm
+from deploybench.instruments import TrialEnergy, TritonCounter
+from deploybench.perf_inputs import write_input_data
 from deploybench.transport import Transport
 from tests.test_server import make_repository
 
@@ -33,25 +35,23 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     """One trial at concurrency 1 and one at 4 (requests queue: their latencies spread)."""
     tmp = tmp_path_factory.mktemp("tails_run")
     data = tmp / "data.json"
-    perf.write_input_data({"x": np.ones((1, 4), np.float32)}, data)
+    write_input_data({"x": np.ones((1, 4), np.float32)}, data)
     measured = []
     with srv.TritonServer(make_repository(tmp, "busy"), tmp / "server.log") as server:
         triton = tm.probe(server.metrics_port, server.extra_args, poll_s=0.1)
-        energy = perf.TrialEnergy("not measured: no RAPL", triton=triton)
+        instruments = (TrialEnergy("not measured: no RAPL"), TritonCounter(triton))
         for concurrency in (1, 4):
-            row = perf.measure_point(
-                model_name="ident",
-                url=server.http_url,
-                transport=Transport("http", "none"),
-                point=perf.Point(1, concurrency),
-                input_data=data,
-                settings=perf.MeasureSettings(
-                    request_count=50, warmup_factor=0, max_retries=0, trials=1
-                ),
+            measurement = perf.Measurement(
+                "ident",
+                server.http_url,
+                Transport("http", "none"),
+                data,
+                perf.MeasureSettings(request_count=50, warmup_factor=0, max_retries=0, trials=1),
+                instruments=instruments,
                 log_file=Path(tmp) / "perf.log",
                 check_server=server.check_alive,
-                energy=energy,
             )
+            row = perf.measure_point(measurement, perf.Point(1, concurrency))
             measured.append(row | {"trial": 1})
     return measured
 

@@ -20,6 +20,7 @@ from deploybench import jobs, perf, triton_client
 from deploybench import plan as dbplan
 from deploybench.columns import CSV_COLUMNS, TRIAL_COLUMNS
 from deploybench.config import ConfigError, check_sizings, load_yaml
+from deploybench.instruments import TritonCounter
 from deploybench.jobs import measure as measure_jobs
 from deploybench.transport import Transport, of_spec, planned
 from tests.conftest import REPO, base_config, seed_models, smoke_config, validated
@@ -345,11 +346,11 @@ def fake_job(monkeypatch, shm_dir: Path) -> list[dict[str, Any]]:
     )
     monkeypatch.setattr(perf, "SHM_DIR", shm_dir)
 
-    def measure_point(**kwargs: Any) -> dict[str, Any]:
-        calls.append(kwargs)
+    def measure_point(measurement: Any, point: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append({"measurement": measurement, "point": point, **kwargs})
         return {
-            "batch": kwargs["point"].batch,
-            "concurrency": kwargs["point"].concurrency,
+            "batch": point.batch,
+            "concurrency": point.concurrency,
             **dict.fromkeys(perf.MEASURED, 1.0),
             "measured_requests": 10,
             "request_count": 10,
@@ -394,8 +395,9 @@ def test_perf_job_measures_and_records_the_transport_used(
         perf_log=out["perf.log"],
     )
     protocol, shared_memory = used
-    assert calls and all(c["transport"] == Transport(protocol, shared_memory) for c in calls)
-    assert {c["url"] for c in calls} == {FakeServer().url(protocol)}
+    measurements = [c["measurement"] for c in calls]
+    assert calls and all(m.transport == Transport(protocol, shared_memory) for m in measurements)
+    assert {m.url for m in measurements} == {FakeServer().url(protocol)}
     for name in ("offline.csv", "trials.csv"):
         with Path(out[name]).open() as f:
             rows = list(csv.DictReader(f))
@@ -409,7 +411,8 @@ def test_perf_job_measures_and_records_the_transport_used(
     triton = provenance["energy"]["triton"]
     assert triton["status"].startswith("not measured: Triton's metrics endpoint")
     assert triton["metrics_interval_ms"] == 2000
-    assert calls[0]["energy"].triton.url is None
+    counter = next(i for i in measurements[0].instruments if isinstance(i, TritonCounter))
+    assert counter.triton is not None and counter.triton.url is None
     assert (recorded["fallback"] is not None) == fallback
     assert ("CUDA shared memory needs a GPU" in caplog.text) == fallback
     # system shared memory took the machine's lock on the tensors' regions; CUDA none

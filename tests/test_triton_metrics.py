@@ -14,6 +14,7 @@ import pytest
 
 from deploybench import perf
 from deploybench import triton_metrics as tm
+from deploybench.instruments import TrialEnergy, TritonCounter
 from tests.test_units import measure, stand_in
 
 GPU_A = "GPU-6ab1e1c6-0e6b-7a5f-5c3c-3c9d3f4d2d11"
@@ -160,8 +161,13 @@ def test_the_probe_finds_the_servers_gpus_or_says_why_not(endpoint):
 def test_a_trial_reads_tritons_counter_over_the_same_windows(tmp_path, monkeypatch, endpoint):
     stand_in(tmp_path, monkeypatch)
     triton = tm.probe(endpoint.port, poll_s=0.005)
-    energy = perf.TrialEnergy("not measured: no RAPL: /sys/class/powercap is absent", triton=triton)
-    row = measure(tmp_path, perf.MeasureSettings(request_count=50, warmup_factor=0), energy=energy)
+    energy = TrialEnergy("not measured: no RAPL: /sys/class/powercap is absent")
+    row = measure(
+        tmp_path,
+        perf.MeasureSettings(request_count=50, warmup_factor=0),
+        energy=energy,
+        triton=TritonCounter(triton),
+    )
     # the stand-in's export: 150 requests over 3 windows of 20 ms, at 300 + 50 W: 21 J
     assert row["tail_requests"] == 150
     assert row["energy_per_inference_triton_j"] == pytest.approx(350.0 * 0.06 / 150, rel=0.05)
@@ -186,8 +192,10 @@ def test_a_failing_endpoint_leaves_the_trial_measured_and_says_why(endpoint):
 def test_without_a_counter_the_column_is_empty_and_says_why(tmp_path, monkeypatch):
     stand_in(tmp_path, monkeypatch)
     settings = perf.MeasureSettings(request_count=50, warmup_factor=0)
-    cpu = perf.TrialEnergy("not measured: no RAPL", triton=tm.TritonEnergy(tm.NOT_ON_SERVER))
-    row = measure(tmp_path, settings, energy=cpu)
+    cpu = TrialEnergy("not measured: no RAPL")
+    row = measure(
+        tmp_path, settings, energy=cpu, triton=TritonCounter(tm.TritonEnergy(tm.NOT_ON_SERVER))
+    )
     assert row["energy_per_inference_triton_j"] is None
     assert row["triton_energy_status"] == tm.NOT_ON_SERVER
     row = measure(tmp_path, settings)  # no second meter configured at all

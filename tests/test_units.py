@@ -9,6 +9,7 @@ import pytest
 from deploybench import accuracy, perf
 from deploybench.backends import PLATFORMS
 from deploybench.errors import PerfError
+from deploybench.instruments import NOT_MEASURED, NOT_READ
 from deploybench.repository import build_repository, model_config
 from deploybench.tensors import TENSOR_TYPES, TensorSpec
 from deploybench.transport import Transport
@@ -143,17 +144,22 @@ def stand_in(tmp_path, monkeypatch, ok=0):
     return calls
 
 
-def measure(tmp_path, settings, **options):
-    """One trial of point (batch 1, concurrency 2) through the stand-in."""
-    return perf.measure_point(
-        model_name="m",
-        url="u",
-        transport=Transport("http", "none"),
-        point=perf.Point(1, 2),
-        input_data=tmp_path / "d.json",
-        settings=settings,
-        **options,
+def measure(
+    tmp_path, settings, *, energy=NOT_MEASURED, triton=NOT_READ, warm_up=True, rate=None, **fields
+):
+    """One trial of point (batch 1, concurrency 2) through the stand-in: a measurement of
+    ``settings`` with these instruments (``energy``, Triton's counter ``triton``) and
+    ``fields`` (perf.Measurement's)."""
+    measurement = perf.Measurement(
+        "m",
+        "u",
+        Transport("http", "none"),
+        tmp_path / "d.json",
+        settings,
+        instruments=(energy, triton),
+        **fields,
     )
+    return perf.measure_point(measurement, perf.Point(1, 2), warm_up=warm_up, rate=rate)
 
 
 def test_unstable_point_is_retried_with_more_requests(tmp_path, monkeypatch):

@@ -173,6 +173,82 @@ class IdleReads:
         return record
 
 
+class ScenarioEnergy:
+    """A scenario's energy concern in its job: the meter (open while the trials run), Triton's
+    counter, the idle baseline read before the first trial and after the sweep, and what the
+    provenance's ``config.energy`` says of them. ``instruments``: what each trial measures
+    beside perf_analyzer (deploybench.instruments)."""
+
+    def __init__(
+        self,
+        stack: contextlib.ExitStack,
+        settings: dict[str, Any],
+        server: Any,
+        repository: str,
+        served: list[str],
+        label: str,
+    ) -> None:
+        from ..instruments import TrialEnergy, TritonCounter
+        from ..triton_metrics import probe
+
+        # an NVML meter reads the GPUs the served models' instances are placed on
+        nvml = settings.get("meter") == "nvml"
+        gpus = server_gpus(server, repository, served) if nvml else None
+        self.meter, status = stack.enter_context(energy_meter(settings, gpus))
+        self.label = label
+        self.record: dict[str, Any] = dict(settings)
+        # the second meter: Triton's own energy counter, where the server has one (a CPU
+        # server has none: its trials say why)
+        interval_s = int(settings.get("sample_ms", 100)) / 1000
+        triton = probe(server.metrics_port, server.extra_args, poll_s=interval_s)
+        self.record["triton"] = triton.record()
+        log.info("%s: second energy meter: %s", label, triton.status)
+        # the idle baseline: the server loaded (and past its first request), no load, after
+        # a settle wait; read again after the sweep (idle_read)
+        energy = TrialEnergy(status)
+        self.idle = IdleReads(settings, interval_s)
+        if self.meter is not None:
+            before = self.idle.read(self.meter, "before")
+            baseline = self.idle.baseline()
+            facts = self.meter.facts()
+            energy = TrialEnergy(
+                status,
+                self.meter,
+                interval_s,
+                None if baseline is None else baseline.power_w,
+                facts.get("power_limit_w"),
+                counter_period_s=self.meter.counter_period_s,
+                idle_ci95_w=None if baseline is None else baseline.half_width_w,
+                max_slowdown_fraction=float(settings.get("max_slowdown_fraction", 0.05)),
+            )
+            self.record |= {"status": status, "meter_facts": facts} | self.idle.record()
+            progress.say("%s: energy from %s; idle %s", label, status, before)
+        else:
+            self.record["status"] = status
+            progress.say("%s: energy %s", label, status)
+        self.instruments = (energy, TritonCounter(triton))
+
+    def after_sweep(self, trial_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The idle read again, the sweep over: the trials' above-idle figures from both."""
+        from ..collectors import with_idle
+
+        if self.meter is None:
+            return trial_rows
+        after = self.idle.read(self.meter, "after")
+        baseline = self.idle.baseline()
+        self.record.pop("idle_status", None)
+        self.record |= self.idle.record()
+        progress.say(
+            "%s: idle after the sweep %s; above idle from %s",
+            self.label,
+            after,
+            "no idle power" if baseline is None else baseline.source,
+        )
+        power = None if baseline is None else baseline.power_w
+        half_width = None if baseline is None else baseline.half_width_w
+        return [with_idle(row, power, half_width) for row in trial_rows]
+
+
 def server_gpus(server: Any, repository: str, models: list[str]) -> Any:
     """The GPUs ``server`` computes on for ``models``: their instance groups' CUDA ordinals in
     the server's own environment (gpu_identity.ServerGpus); None where no group is on a GPU."""
@@ -330,30 +406,25 @@ def perf(
     intervals); ``trials``: a row per trial. Each finished trial is kept beside them until
     they are written (deploybench.partial): a job stopped partway and run again measures only
     the trials missing."""
-    from ..collectors import with_idle
     from ..columns import TRIAL_COLUMNS
     from ..partial import PartialMeasurement, fingerprint, partial_path
     from ..perf import COLUMNS as PERF_COLUMNS
     from ..perf import (
         ExportSize,
+        Measurement,
         MeasureSettings,
         Point,
-        TrialEnergy,
-        inputs_digest,
         measure_point,
         measure_trials,
         output_bytes_per_sample,
-        raw_sha256,
-        read_input_files,
         shared_memory_guard,
         summarize,
-        write_input_data,
     )
+    from ..perf_inputs import inputs_digest, raw_sha256, read_input_files, write_input_data
     from ..server import graceful_signals, held_signals
     from ..tails import records_tensors
     from ..transport import of_spec
     from ..triton_client import infer_triton, served_feeds, served_inputs
-    from ..triton_metrics import probe
 
     scenario, run = spec["scenario"], spec["run"]
     model, model_name = spec["model"], spec["model_name"]
@@ -393,21 +464,11 @@ def perf(
             sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
             input_source = family.perf_input_source(seed=0, dataset=spec.get("dataset_path"))
         progress.say("%s: starting tritonserver (%s) …", label, repository)
-        energy_settings = spec.get("energy") or {}
-        energy_record: dict[str, Any] = dict(energy_settings)
         with (
             graceful_signals(),
             ready_server(repository, server_log, spec["server"]) as server,
             contextlib.ExitStack() as stack,
         ):
-            # an NVML meter reads the GPUs the served models' instances are placed on
-            served = [model_name, *(spec.get("batch_models") or {}).values()]
-            gpus = (
-                server_gpus(server, repository, served)
-                if energy_settings.get("meter") == "nvml"
-                else None
-            )
-            meter, status = stack.enter_context(energy_meter(energy_settings, gpus))
             server_info = served_by(server)
             # perf_analyzer gets the inputs the served model takes (a native backend serves
             # the artifact's own inputs; see served_feeds).
@@ -419,47 +480,31 @@ def perf(
             outputs = infer_triton(
                 server.http_url, model_name, sample, [s.name for s in family.outputs], timeout_s
             )
-            output_bytes = output_bytes_per_sample(outputs.values())
-            # what perf_analyzer's per-request export would hold of the tensors (tails)
-            export_size = ExportSize(
-                records_tensors(sidecar.perf_analyzer_version()),
-                sum(int(array[0].size) for array in feeds.values()),
-                sum(int(output.size) for output in outputs.values()),
-            )
-
-            # the second meter: Triton's own energy counter, where the server has one (a CPU
-            # server has none: its trials say why)
-            interval_s = int(energy_settings.get("sample_ms", 100)) / 1000
-            triton = probe(server.metrics_port, server.extra_args, poll_s=interval_s)
-            energy_record["triton"] = triton.record()
-            log.info("%s: second energy meter: %s", label, triton.status)
-            # the idle baseline: the server loaded (and past its first request), no load,
-            # after a settle wait; read again after the sweep (idle_read)
-            energy = TrialEnergy(status, triton=triton)
-            idle = IdleReads(energy_settings, interval_s)
-            if meter is not None:
-                before = idle.read(meter, "before")
-                baseline = idle.baseline()
-                facts = meter.facts()
-                energy = TrialEnergy(
-                    status,
-                    meter,
-                    interval_s,
-                    None if baseline is None else baseline.power_w,
-                    facts.get("power_limit_w"),
-                    triton,
-                    counter_period_s=meter.counter_period_s,
-                    idle_ci95_w=None if baseline is None else baseline.half_width_w,
-                    max_slowdown_fraction=float(energy_settings.get("max_slowdown_fraction", 0.05)),
-                )
-                energy_record |= {"status": status, "meter_facts": facts} | idle.record()
-                progress.say("%s: energy from %s; idle %s", label, status, before)
-            else:
-                energy_record["status"] = status
-                progress.say("%s: energy %s", label, status)
-
             # engines: per_batch (offline): each batch on the model of its own engine
             batch_models = spec.get("batch_models") or {}
+            served = [model_name, *batch_models.values()]
+            # the meters and the idle baseline: the server loaded and past its first request
+            energy = ScenarioEnergy(
+                stack, spec.get("energy") or {}, server, repository, served, label
+            )
+            measurement = Measurement(
+                model_name,
+                server.url(transport.protocol),
+                transport,
+                input_data,
+                settings,
+                instruments=energy.instruments,
+                output_bytes_per_sample=output_bytes_per_sample(outputs.values()),
+                # what perf_analyzer's per-request export would hold of the tensors (tails)
+                export_size=ExportSize(
+                    records_tensors(sidecar.perf_analyzer_version()),
+                    sum(int(array[0].size) for array in feeds.values()),
+                    sum(int(output.size) for output in outputs.values()),
+                ),
+                batch_models=batch_models,
+                log_file=Path(perf_log),
+                check_server=server.check_alive,
+            )
             kept = partial.open(
                 spec["points"], {"host": sidecar.host(), "tritonserver": server_info}
             )
@@ -478,21 +523,8 @@ def perf(
                     partial.add(row)
 
             def measure(point: Point, warm_up: bool, rate: float | None) -> dict[str, Any]:
-                row = measure_point(
-                    model_name=batch_models.get(str(point.batch), model_name),
-                    url=server.url(transport.protocol),
-                    transport=transport,
-                    point=point,
-                    input_data=input_data,
-                    settings=settings,
-                    log_file=Path(perf_log),
-                    check_server=server.check_alive,
-                    output_bytes_per_sample=output_bytes,
-                    warm_up=warm_up,
-                    rate=rate,
-                    energy=energy,
-                    export_size=export_size,
-                ) | {"attempt": partial.attempt}
+                row = measure_point(measurement, point, warm_up=warm_up, rate=rate)
+                row |= {"attempt": partial.attempt}
                 # every request's latency is the trial's own: summarize pools them; the log
                 # keeps their count
                 log.info(
@@ -517,26 +549,7 @@ def perf(
                 kept=kept,
                 keep=keep,
             )
-            if meter is not None:
-                # the idle again, the sweep over: the trials' above-idle figures from both
-                after = idle.read(meter, "after")
-                baseline = idle.baseline()
-                energy_record.pop("idle_status", None)
-                energy_record |= idle.record()
-                progress.say(
-                    "%s: idle after the sweep %s; above idle from %s",
-                    label,
-                    after,
-                    "no idle power" if baseline is None else baseline.source,
-                )
-                trial_rows = [
-                    with_idle(
-                        row,
-                        None if baseline is None else baseline.power_w,
-                        None if baseline is None else baseline.half_width_w,
-                    )
-                    for row in trial_rows
-                ]
+            trial_rows = energy.after_sweep(trial_rows)
     # (a trial's own values, every request's latency, stay out of the CSV)
     write_csv(
         trials,
@@ -565,7 +578,7 @@ def perf(
         "transport": spec["transport"],
         # how energy was read: the settings, the meter (GPU UUID, power limit, clocks,
         # persistence, driver) or why not, and the idle baseline
-        "energy": energy_record,
+        "energy": energy.record,
         # what the rows were measured with: the weights (None: seeded) and the example sent
         "checkpoint": spec["model"].get("checkpoint"),
         "server_environment": spec["server"].get("environment") or {},
