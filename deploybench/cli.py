@@ -170,7 +170,7 @@ def published_label_notes(config: dict[str, Any] | None, points: Any) -> list[st
     import pandas as pd
 
     from .images import source_tree
-    from .report import published_notes
+    from .report_published import published_notes
 
     published = source_tree() / "config" / "reference" / "published.csv"
     if not published.is_file() or points.empty:
@@ -193,7 +193,7 @@ def published_label_notes(config: dict[str, Any] | None, points: Any) -> list[st
 
 def markdown(points: Any) -> str:
     from .compare import METRIC_HEADINGS, METRIC_UNITS
-    from .report import markdown_table
+    from .report_cells import markdown_table
 
     columns = {"run": "Run", "scenario": "Scenario", "batch": "Batch"}
     columns["concurrency"] = "Concurrency"

@@ -6,10 +6,11 @@ A trial's outputs are a mapping source → that tool's output (perf_analyzer's: 
 each source's collector over the columns it sources; :func:`derived_values` then computes the
 derived columns from the whole trial. Beside perf_analyzer: its per-request export
 (``profile_export``: :mod:`deploybench.tails`), the energy meter (``energy``: NVML or RAPL
-read by :mod:`deploybench.telemetry`'s sampler) and Triton's own energy counter
-(``triton_metrics``: :mod:`deploybench.triton_metrics`). A new tool is a function here
-registered with ``@collector("<source>")``, its output added to the trial's outputs where the
-trial is measured (``perf.measure_point``), and a :class:`Column` entry per value.
+read by :mod:`deploybench.telemetry`'s sampler), Triton's own energy counter
+(``triton_metrics``: :mod:`deploybench.triton_metrics`) and Triton's GPU metrics as
+perf_analyzer's ``--collect-metrics`` writes them (``triton_gpu_metrics``). Each output is an
+instrument's (:mod:`deploybench.instruments`). A new tool is an instrument, a function here
+registered with ``@collector("<source>")``, and a :class:`Column` entry per value.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def collector(source: str) -> Callable[[CollectorT], CollectorT]:
 
 
 def read_value(column: Column, text: str) -> Any:
-    """A source's text as ``column``'s value: its kind, in our unit."""
+    """A source's text as ``column``'s value: its kind, in our unit (or as its ``parse`` rule
+    reads it; an empty text: None)."""
+    if column.parse is not None:
+        return column.parse(text) if text.strip() else None
     if column.kind == "str":
         return text
     if column.kind == "bool":
@@ -123,28 +127,43 @@ PERF_ANALYZER_STDOUT: dict[str, re.Pattern[str]] = {
 }
 
 
+def perf_analyzer_row(csv_path: Path) -> dict[str, str]:
+    """perf_analyzer's ``-f`` CSV's one row, heading → text."""
+    with csv_path.open() as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 1:
+        raise PerfError(f"{csv_path}: expected one measurement row, found {len(rows)}")
+    return rows[0]
+
+
+def _cell(raw: Mapping[str, str], column: Column, csv_path: Path, elsewhere: str = "") -> Any:
+    """``column``'s value in perf_analyzer's row ``raw``: None where an optional column's
+    heading is missing (its flag not passed), a clear error where another's is."""
+    key = str(column.key)
+    if key in raw:
+        return read_value(column, raw[key] or "")
+    if column.optional:
+        return None
+    raise PerfError(
+        f"{csv_path}: perf_analyzer wrote no {key!r} (column {column.name!r}); "
+        f"its CSV has {list(raw)}{elsewhere}"
+    )
+
+
 @collector(PERF_ANALYZER)
 def perf_analyzer(output: PerfAnalyzerOutput, columns: Sequence[Column]) -> dict[str, Any]:
     """perf_analyzer's one-row CSV (a column's ``key``: its heading) and its stdout (a key of
     ``PERF_ANALYZER_STDOUT``; None where it does not say it)."""
-    with output.csv_path.open() as f:
-        rows = list(csv.DictReader(f))
-    if len(rows) != 1:
-        raise PerfError(f"{output.csv_path}: expected one measurement row, found {len(rows)}")
-    raw = rows[0]
+    raw = perf_analyzer_row(output.csv_path)
     values: dict[str, Any] = {}
     for column in columns:
         key = str(column.key)
         if key in PERF_ANALYZER_STDOUT:
             match = PERF_ANALYZER_STDOUT[key].search(output.stdout)
             values[column.name] = read_value(column, match.group(1)) if match else None
-        elif key in raw:
-            values[column.name] = read_value(column, raw[key])
         else:
-            raise PerfError(
-                f"{output.csv_path}: perf_analyzer wrote no {key!r} (column {column.name!r}); "
-                f"its CSV has {list(raw)}, its stdout {sorted(PERF_ANALYZER_STDOUT)}"
-            )
+            elsewhere = f", its stdout {sorted(PERF_ANALYZER_STDOUT)}"
+            values[column.name] = _cell(raw, column, output.csv_path, elsewhere)
     return values
 
 
@@ -316,6 +335,41 @@ def triton_metrics(output: TritonMetricsOutput, columns: Sequence[Column]) -> di
         "triton_energy_status": output.status,
     }
     return {c.name: values.get(str(c.key)) for c in columns}
+
+
+# --- Triton's GPU metrics, as perf_analyzer collects them -------------------------------------
+
+TRITON_GPU_METRICS = "triton_gpu_metrics"
+
+
+@dataclass(frozen=True)
+class GpuMetricsOutput:
+    """A trial's Triton GPU metrics: perf_analyzer's CSV, whose ``--collect-metrics`` cells hold
+    them (None: no CSV), and how they were read ("triton ... via perf_analyzer" or "not
+    measured: <why>": deploybench.instruments.TritonGpuMetrics)."""
+
+    status: str
+    csv_path: Path | None
+
+
+NO_GPU_VALUE = "not measured: perf_analyzer's --collect-metrics cells held no GPU value"
+
+
+@collector(TRITON_GPU_METRICS)
+def triton_gpu_metrics(output: GpuMetricsOutput, columns: Sequence[Column]) -> dict[str, Any]:
+    """The per-GPU cells perf_analyzer wrote (a column's ``key``: its heading, read by its
+    ``parse`` rule) and the status (``key`` "status"): "not measured: <why>" where no cell held
+    a value, though the server has GPU metrics (a run perf_analyzer merged no reading of)."""
+    raw = perf_analyzer_row(output.csv_path) if output.csv_path is not None else {}
+    values: dict[str, Any] = {}
+    for column in columns:
+        if column.key != "status":
+            values[column.name] = _cell(raw, column, output.csv_path or Path("-"))
+    status = output.status
+    if not status.startswith("not measured") and all(v is None for v in values.values()):
+        status = NO_GPU_VALUE
+    values |= {c.name: status for c in columns if c.key == "status"}
+    return values
 
 
 check_sources(PERF_COLUMNS)

@@ -100,6 +100,12 @@ class Column:
     # of this column (a half-width) is added to the trials' half-width in quadrature (the
     # idle baseline's share in the energy above it).
     widened_by: str | None = None
+    # Its key may be missing from the source's output (a flag not passed): the value is None,
+    # not an error.
+    optional: bool = False
+    # Reads the source's text instead of `kind` and `divisor` (perf_analyzer's per-GPU cells:
+    # gpu_cells); an empty text is None.
+    parse: Callable[[str], Any] | None = None
 
     @property
     def perf_analyzer(self) -> str | None:
@@ -219,7 +225,7 @@ def _energy(
     widened_by: str | None = None,
     in_points: bool = True,
 ) -> Column:
-    """A value of the trial's energy meter (NVML on a GPU, RAPL on a CPU: deploybench.telemetry)
+    """A value of the trial's energy meter (NVML on a GPU, RAPL on a CPU: deploybench.meters)
     over perf_analyzer's measured windows; empty where the meter measured nothing (never 0)."""
     return Column(
         name,
@@ -259,6 +265,50 @@ def _perf(
         table_label=table,
         chart_label=chart,
         summary=summary,
+    )
+
+
+def gpu_cells(text: str) -> dict[str, float]:
+    """perf_analyzer's per-GPU cell (``--collect-metrics``, ``--verbose-csv``): each GPU's value
+    by UUID, from ``<uuid>:<value>;`` repeated (client r23.12, report_writer.cc); empty for an
+    empty cell (a server without GPU metrics)."""
+    values: dict[str, float] = {}
+    for part in text.strip().split(";"):
+        if part.strip():
+            uuid, _, value = part.rpartition(":")
+            if not uuid:
+                raise ValueError(f"not a per-GPU cell <uuid>:<value>;: {text!r}")
+            values[uuid.strip()] = float(value)
+    return values
+
+
+def _over_gpus(combine: Literal["mean", "sum"], scale: float) -> Callable[[str], float | None]:
+    """A parser of a per-GPU cell into one value: the GPUs' mean or sum, times ``scale``; None
+    where the cell names no GPU."""
+
+    def parse(text: str) -> float | None:
+        values = list(gpu_cells(text).values())
+        if not values:
+            return None
+        total = sum(values) if combine == "sum" else sum(values) / len(values)
+        return as_written(total * scale)
+
+    return parse
+
+
+def _triton_gpu(name: str, heading: str, parse: Callable[[str], Any], table: str) -> Column:
+    """A value of Triton's GPU metrics as perf_analyzer collected them over its measured windows
+    (``--collect-metrics``: deploybench.instruments.TritonGpuMetrics); empty on a server
+    without GPU metrics (a CPU server), and ``triton_gpu_status`` says why."""
+    return Column(
+        name,
+        "metric",
+        source="triton_gpu_metrics",
+        key=heading,
+        aggregate="mean",
+        table_label=table,
+        optional=True,
+        parse=parse,
     )
 
 
@@ -355,6 +405,17 @@ DEFINED: tuple[Column, ...] = (
            "energy_per_inference_triton_j", aggregate="mean"),
     Column("triton_energy_status", "metric", "triton_metrics", "triton_energy_status",
            kind="str", aggregate="union"),
+    # Triton's GPU utilisation, power and memory (its metrics endpoint, DCGM's readings), which
+    # perf_analyzer collects over its measured windows beside NVML's: the GPUs' mean utilisation
+    # (Triton's 0-1 as %), their summed mean power and their summed peak memory used.
+    _triton_gpu("triton_gpu_util_pct", "Avg GPU Utilization", _over_gpus("mean", 100.0),
+                "Triton GPU utilization (%)"),
+    _triton_gpu("triton_gpu_power_w", "Avg GPU Power Usage", _over_gpus("sum", 1.0),
+                "Triton GPU power (W)"),
+    _triton_gpu("triton_gpu_memory_used_mib", "Max GPU Memory Usage",
+                _over_gpus("sum", 1 / 2**20), "Triton GPU memory used (MiB)"),
+    Column("triton_gpu_status", "metric", "triton_gpu_metrics", "status", kind="str",
+           aggregate="union"),
     # (the 95 % half-widths of throughput and each quantile stand here; empty with one trial)
     Column("trials", "measurement", kind="int", aggregate="count", in_trials=False,
            table_label="Trials"),
@@ -437,6 +498,8 @@ def check(columns: Sequence[Column]) -> None:
             raise ValueError(f"column {column.name!r}: a list is a trial's own, in no CSV")
         if not math.isfinite(column.divisor) or column.divisor == 0:
             raise ValueError(f"column {column.name!r}: divisor {column.divisor!r}")
+        if column.parse is not None and column.divisor != 1.0:
+            raise ValueError(f"column {column.name!r}: a `parse` rule sets the unit, not divisor")
 
 
 def with_intervals(defined: Sequence[Column]) -> tuple[Column, ...]:

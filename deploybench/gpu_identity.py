@@ -13,7 +13,7 @@ under ``ConstrainDevices=yes`` sees its GPUs from 0 whatever their place on the 
 numbers every GPU of the node in PCI bus order. So the ordinals are named by UUID through CUDA's
 own driver API in the server's environment (:func:`cuda_uuids`: ``cuDeviceGet`` and
 ``cuDeviceGetUuid_v2``, cuda.h), and NVML opens each GPU by that UUID
-(``nvmlDeviceGetHandleByUUID``: deploybench.telemetry).
+(``nvmlDeviceGetHandleByUUID``: deploybench.meters).
 """
 
 from __future__ import annotations

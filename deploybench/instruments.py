@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
+import urllib.error
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .collectors import (
     ENERGY,
+    TRITON_GPU_METRICS,
     TRITON_METRICS,
     EnergyOutput,
+    GpuMetricsOutput,
     TritonMetricsOutput,
 )
 
@@ -52,10 +58,11 @@ class Attempt:
 @dataclass(frozen=True)
 class Recorded:
     """What perf_analyzer recorded of a measuring attempt: its measured windows (None: not
-    recorded) and the inferences they completed."""
+    recorded), the inferences they completed, and its ``-f`` CSV (None: none)."""
 
     window: MeasuredWindow | None
     inferences: int
+    perf_csv: Path | None = None
 
 
 class Instrument(ABC):
@@ -172,5 +179,88 @@ class TritonCounter(Instrument):
 
 NOT_READ = TritonCounter()
 
+# perf_analyzer polls Triton's metrics this often at most (its default, client r23.12
+# command_line_parser.h): a poll a second keeps a reading in each 1-s count window even where the
+# server updates its metrics every 2 s (Triton's default: the same reading is then taken twice)
+METRICS_POLL_MS = 1000
+
+
+@dataclass(frozen=True)
+class TritonGpuMetrics(Instrument):
+    """Triton's GPU utilisation, power and memory, collected by perf_analyzer itself from the
+    server's metrics endpoint over its measured windows (``--collect-metrics --metrics-url
+    --metrics-interval``, client r23.12 command_line_parser.cc; the cells: collectors). ``url``:
+    the endpoint (None: not asked for, ``status`` says why); a CPU server's endpoint has no GPU
+    metric, so its cells stay empty and ``status`` says so (:func:`probe_gpu_metrics`)."""
+
+    source: ClassVar[str | None] = TRITON_GPU_METRICS
+    status: str
+    url: str | None = None
+    interval_ms: int = METRICS_POLL_MS
+
+    def flags(self) -> list[str]:
+        if self.url is None:
+            return []
+        # perf_analyzer's own default URL is the -u host's port 8002, not the server's
+        return [
+            "--collect-metrics",
+            "--metrics-url",
+            self.url,
+            "--metrics-interval",
+            str(self.interval_ms),
+        ]
+
+    def output(self, attempt: Attempt, ran: Any, recorded: Recorded) -> GpuMetricsOutput:
+        return GpuMetricsOutput(self.status, recorded.perf_csv if self.url else None)
+
+
+NO_GPU_METRICS = TritonGpuMetrics("not measured: Triton's GPU metrics not asked for")
+
+
+# Triton's GPU metrics perf_analyzer's --collect-metrics reads (client r23.12,
+# metrics_manager.cc: one per column of its CSV), each sample labelled by gpu_uuid alone
+GPU_METRICS = (
+    "nv_gpu_utilization",
+    "nv_gpu_power_usage",
+    "nv_gpu_memory_used_bytes",
+    "nv_gpu_memory_total_bytes",
+)
+_GPU_SAMPLE = re.compile(rf'^{re.escape(GPU_METRICS[0])}\{{gpu_uuid="([^"]+)"\}}\s', re.MULTILINE)
+
+
+def probe_gpu_metrics(
+    metrics_port: int,
+    server_args: Sequence[str] = (),
+    host: str = "127.0.0.1",
+    timeout_s: float = 5.0,
+) -> TritonGpuMetrics:
+    """How perf_analyzer collects Triton's GPU metrics from the server on ``metrics_port``
+    (TritonGpuMetrics): asked for wherever the endpoint answers, which
+    perf_analyzer needs (an endpoint it cannot reach fails windows at random: client r23.12,
+    inference_profiler.cc), and "not measured: <why>" where it does not, or where the server
+    reports no GPU (a CPU server: the cells stay empty)."""
+    from .triton_metrics import interval_ms, read_metrics
+
+    url = f"http://{host}:{metrics_port}/metrics"
+    poll = min(METRICS_POLL_MS, interval_ms(server_args))
+    try:
+        text = read_metrics(url, timeout_s)
+    except (OSError, urllib.error.URLError, ValueError) as error:
+        return TritonGpuMetrics(
+            f"not measured: Triton's metrics endpoint {url} did not answer ({error})"
+        )
+    gpus = sorted(set(_GPU_SAMPLE.findall(text)))
+    if not gpus:
+        return TritonGpuMetrics(
+            f"not measured: the server's metrics have no {GPU_METRICS[0]} (no GPU metrics: a "
+            "CPU server, no DCGM, or --allow-gpu-metrics=false)",
+            url,
+            poll,
+        )
+    count = f"{len(gpus)} GPU" + ("" if len(gpus) == 1 else "s")
+    status = f"triton nv_gpu_* via perf_analyzer --collect-metrics ({count}, every {poll} ms)"
+    return TritonGpuMetrics(status, url, poll)
+
+
 # what a measurement has where it is given nothing else: every source's "not measured"
-UNMEASURED: tuple[Instrument, ...] = (NOT_MEASURED, NOT_READ)
+UNMEASURED: tuple[Instrument, ...] = (NOT_MEASURED, NOT_READ, NO_GPU_METRICS)

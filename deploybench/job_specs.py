@@ -161,7 +161,7 @@ class ReportRun(TypedDict):
     checkpoint: NotRequired[str | None]
     # the run's serving-configuration search (`search_targets`): csv, choice, chart; or None
     search: dict[str, str] | None
-    # a GPU run's images' preflight reports on its GPU (deploybench.report.publication_gate)
+    # a GPU run's images' preflight reports on its GPU (deploybench.report_published.publication_gate)
     preflight: NotRequired[list[str]]
 
 

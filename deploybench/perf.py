@@ -179,8 +179,8 @@ def _alive() -> None:
 class Measurement:
     """A scenario's measurement, handed to each of its trials whole: what perf_analyzer
     measures (the served model, the server's URL, the transport, the example to send) and how
-    (``settings``), and the instruments measuring beside it (deploybench.instruments; the
-    energy and Triton-counter columns say "not measured" where none is given).
+    (``settings``), and the instruments measuring beside it (deploybench.instruments; a
+    source none of them feeds says "not measured": instruments.UNMEASURED).
 
     ``batch_models``: a batch measured on a model of its own (offline per-batch engines);
     ``output_bytes_per_sample``: the output region's size (perf_command); ``export_size``:
@@ -487,7 +487,7 @@ def measure_point(
                 log.warning("%s: %s", point, this.unrecorded)
             window = read_profile_export(export) if this.recording else None
             inferences = window.requests * point.batch if window is not None else 0
-            recorded = Recorded(window, inferences)
+            recorded = Recorded(window, inferences, result_csv)
             outputs: dict[str, Any] = {
                 PERF_ANALYZER: PerfAnalyzerOutput(result_csv, out),
                 PROFILE_EXPORT: window,
@@ -495,6 +495,9 @@ def measure_point(
             for instrument, running in zip(measurement.instruments, ran, strict=True):
                 if instrument.source is not None:
                     outputs[instrument.source] = instrument.output(this, running, recorded)
+            for unmeasured in UNMEASURED:  # a source no instrument measured says so
+                if unmeasured.source not in outputs:
+                    outputs[str(unmeasured.source)] = unmeasured.output(this, None, recorded)
             values = collect_trial(outputs)
             seconds = measured_seconds(values, point.batch)
             if (

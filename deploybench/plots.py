@@ -103,8 +103,8 @@ BUDGET_COLOR = "#7f7f7f"
 @dataclass(frozen=True)
 class ChartInputs:
     """What a run's charts are drawn from: its scenarios' perf rows, the published rows it
-    reproduces (``report.published_rows``), the seed page's rows to show beside it where it has
-    none (``report.reference_rows``) and why it has none (``report.no_published_reason``)."""
+    reproduces (``report_published.published_rows``), the seed page's rows to show beside it where it has
+    none (``report_published.reference_rows``) and why it has none (``report_published.no_published_reason``)."""
 
     offline: pd.DataFrame
     online: pd.DataFrame
@@ -562,7 +562,7 @@ def published_reference(
 
     For a run nothing was published for (a CPU run: the seed pages measured GPUs only) the
     overlay would hold no published point. ``reference`` (the seed page's rows of the run's
-    model and format on the GPUs they were measured on: ``deploybench.report.reference_rows``)
+    model and format on the GPUs they were measured on: ``deploybench.report_published.reference_rows``)
     stands in a second panel with its own y axis: a CPU's throughput may be orders of magnitude
     lower, and one axis would flatten one side. One color scale across both panels; published
     variants of one configuration (accelerator, data set, sequence length) are separate lines

@@ -296,6 +296,33 @@ def energy_line(rows: Sequence[dict[str, str]]) -> str | None:
     return "energy: " + "; ".join(parts)
 
 
+# Triton's GPU metrics (perf_analyzer's --collect-metrics): column → how the line names it
+GPU_METRICS = {
+    "triton_gpu_util_pct": ("utilization", "%"),
+    "triton_gpu_power_w": ("power", "W"),
+    "triton_gpu_memory_used_mib": ("memory used", "MiB"),
+}
+
+
+def gpu_metrics_line(rows: Sequence[dict[str, str]]) -> str | None:
+    """Triton's GPU metrics over the scenario's points, each the range of its points' values,
+    or why none was measured (``triton_gpu_status``). None without points, or where the rows
+    say nothing of them (a CSV from before the columns)."""
+    if not rows or "triton_gpu_status" not in rows[0]:
+        return None
+    parts = []
+    for column, (name, unit) in GPU_METRICS.items():
+        values = [v for r in rows if not math.isnan(v := _number(r.get(column)))]
+        if values:
+            low, high = min(values), max(values)
+            span = f"{low:.1f}" if low == high else f"{low:.1f}-{high:.1f}"
+            parts.append(f"{name} {span} {unit}")
+    statuses = "; ".join(dict.fromkeys(s for r in rows if (s := r.get("triton_gpu_status"))))
+    if not parts:
+        return f"Triton GPU metrics: {statuses}" if statuses else None
+    return f"Triton GPU metrics: {', '.join(parts)} ({statuses})"
+
+
 def _not_measured(row: dict[str, str]) -> str:
     """A row's ``energy_status`` as why it has no energy: "not measured: <why>"."""
     if "energy_status" not in row:
@@ -342,8 +369,8 @@ def partial_rows(run: Path, scenario: str) -> tuple[list[dict[str, str]], str] |
 
 
 def scenario_lines(run: Path, scenario: str) -> list[str]:
-    """A scenario's heading, a row per point, what measured its energy (or why nothing did)
-    and what its "†" means. Without its CSV: the finished points of a job stopped partway,
+    """A scenario's heading, a row per point, what measured its energy and Triton's GPU metrics
+    (or why nothing did) and what its "†" means. Without its CSV: the finished points of a job stopped partway,
     marked PARTIAL, else nothing."""
     path = run / f"{scenario}.csv"
     partial = None
@@ -363,7 +390,11 @@ def scenario_lines(run: Path, scenario: str) -> list[str]:
         f"{SCENARIOS[scenario]}{each}:",
         heading(cells),
         *(point_line(r, cells) for r in rows),
-        *(line for line in (energy_line(rows), tail_footnote(rows)) if line),
+        *(
+            line
+            for line in (energy_line(rows), gpu_metrics_line(rows), tail_footnote(rows))
+            if line
+        ),
     ]
 
 

@@ -34,7 +34,7 @@ from deploybench.columns import (
 )
 from deploybench.errors import PerfError
 from deploybench.io import write_csv
-from deploybench.report import markdown_table
+from deploybench.report_cells import markdown_table
 
 # perf_analyzer 2.41's --verbose-csv heading and one row (latencies in µs); "response wait"
 # is one of its columns we do not read yet.

@@ -9,8 +9,8 @@ What counts as which:
   ``tests/…``, ``config/…``, ``Snakefile``); ``*`` and ``<placeholder>`` parts match any name;
   ``:line`` and ``#anchor`` suffixes are dropped;
 - a ``module.attribute``: a span ``a.b`` or ``deploybench.a.b`` whose first part is a module
-  of the package (``report.published_rows``, ``perf.MeasureSettings.requests_held``), resolved
-  by import and attribute lookup;
+  of the package (``report_published.published_rows``, ``perf.MeasureSettings.requests_held``),
+  resolved by import and attribute lookup;
 - a config key: a span whose first part is a top-level key of the config schema
   (``models.<m>.perf.input_data``, ``gpus.<g>.slurm.max_runtime``), walked through the schema;
   ``<placeholder>`` parts stand for any name, and a key under a free-form mapping (``hparams``)
@@ -208,7 +208,7 @@ def test_what_a_page_names_exists(page):
         ("deploybench/report.py", True),
         ("deploybench/models/<x>.py", True),
         ("tests/conftest.py::leaked_shm", True),
-        ("report.published_rows", True),
+        ("report_published.published_rows", True),
         ("deploybench.perf.MeasureSettings.requests_held", True),
         ("models.<m>.perf.input_data", True),
         ("perf.min_duration_ms", True),  # a model block's key

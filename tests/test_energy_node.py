@@ -23,14 +23,13 @@ from deploybench import perf
 from deploybench.gpu_identity import SERVER_GPUS, ServerGpus, instance_group_gpus
 from deploybench.instruments import TrialEnergy
 from deploybench.jobs.measure import energy_meter, server_gpus
+from deploybench.meters import MIG_INSTANCE, open_meter
 from deploybench.nvml import ERROR_NO_PERMISSION, Nvml, NvmlError
 from deploybench.telemetry import (
-    MIG_INSTANCE,
     MIN_COUNTER_PERIODS,
     NotMeasured,
     Sampler,
     counter_period_s,
-    open_meter,
     read_idle,
     window,
     window_refusal,

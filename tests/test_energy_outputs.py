@@ -325,6 +325,10 @@ LATENCIES = dict.fromkeys(
 def test_a_table_leaves_out_the_columns_no_point_measured_and_says_why():
     points = [unmeasured(row("online", c, **LATENCIES)) for c in (1, 2)]
     points[1]["energy_status"] = "not measured: energy meter none"
+    # Triton's GPU metrics, which perf_analyzer collects: a CPU server has none
+    no_gpu = "not measured: the server's metrics have no nv_gpu_utilization (a CPU server)"
+    for point in points:
+        point["triton_gpu_status"] = no_gpu
     table = report.results_table(frame(points))
     heading = table.splitlines()[0]
     for left_out in ("Energy per inference (J)", "Energy above idle (J)", "Mean power (W)"):
@@ -334,13 +338,17 @@ def test_a_table_leaves_out_the_columns_no_point_measured_and_says_why():
     # one line under the table: the columns, and the rows' distinct reasons
     said = (
         "Not shown, as no point here measured them: Energy per inference (J), Energy above "
-        f"idle (J), Mean power (W), Throttled ({NO_NVML}; not measured: energy meter none)."
+        f"idle (J), Mean power (W), Throttled ({NO_NVML}; not measured: energy meter none); "
+        "Triton GPU utilization (%), Triton GPU power (W), Triton GPU memory used (MiB) "
+        f"({no_gpu})."
     )
     assert table.split("\n\n")[1] == said
     # measured at one point: the column stays, the other point's cell says "not measured"
     some = report.results_table(frame([row("online", 1, **LATENCIES), points[0]]))
     assert "Energy per inference (J)" in some.splitlines()[0] and "| not measured |" in some
-    assert "Not shown" not in some
+    shown = some.split("\n\n")[1]  # only the GPU metrics are left out
+    assert shown.startswith("Not shown, as no point here measured them: Triton GPU utilization")
+    assert "Energy" not in shown
 
 
 def test_measured_columns_keeps_the_point_and_says_why_once():

@@ -43,6 +43,16 @@ def test_joules_per_inference_are_the_meters_power_over_the_throughput(smoke_run
         # the second meter: a CPU server has no nv_energy_consumption, and the trial says so
         assert trial["energy_per_inference_triton_j"] == ""
         assert trial["triton_energy_status"].startswith("not measured: the server's metrics")
+        # Triton's GPU metrics: perf_analyzer collected them (--collect-metrics), and a CPU
+        # server's cells are empty, the status saying why
+        for column in ("triton_gpu_util_pct", "triton_gpu_power_w", "triton_gpu_memory_used_mib"):
+            assert trial[column] == ""
+        assert trial["triton_gpu_status"].startswith(
+            "not measured: the server's metrics have no nv_gpu_utilization"
+        )
+    perf_log = smoke_run / RUN.replace("results", "logs") / f"{scenario}.perf_analyzer.log"
+    commands = [line for line in perf_log.read_text().splitlines() if line.startswith("$ ")]
+    assert commands and all("--collect-metrics --metrics-url http://" in c for c in commands)
     points = rows(smoke_run / RUN / f"{scenario}.csv")
     assert points
     for point in points:

@@ -19,7 +19,7 @@ from deploybench.collectors import with_idle
 from deploybench.instruments import TrialEnergy
 from deploybench.io import write_csv
 from deploybench.jobs.measure import IdleReads, energy_meter
-from deploybench.telemetry import open_meter
+from deploybench.meters import open_meter
 from tests.nvml_standin import build_fake_nvml
 from tests.test_units import measure, stand_in
 

@@ -11,12 +11,8 @@ from deploybench.checkpoint import (
     write_seeded_checkpoint,
 )
 from deploybench.export import export_model
-from deploybench.models.fastpitch import (
-    MEL_MAX,
-    FastPitchFamily,
-    regulate_length,
-    text_to_ids,
-)
+from deploybench.models.fastpitch import FastPitchFamily, regulate_length
+from deploybench.models.fastpitch_data import MEL_MAX, text_to_ids
 from deploybench.runtime import load_runner
 from tests.dle_fixtures import dle_fixture, seeded_values
 

@@ -17,7 +17,7 @@ from deploybench.convert import SERVED_TYPES, torchscript_fp16
 from deploybench.errors import AccuracyError
 from deploybench.export import prepare_model
 from deploybench.models import load_family
-from deploybench.models.fastpitch import duration_quantities
+from deploybench.models.fastpitch_data import duration_quantities
 from tests.conftest import REPO, SMOKE, smoke_config, validated
 
 

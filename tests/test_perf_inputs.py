@@ -19,7 +19,8 @@ from deploybench import canary
 from deploybench import plan as dbplan
 from deploybench.errors import DataError
 from deploybench.models import load_family
-from deploybench.models.fastpitch import FastPitchFamily, text_to_ids
+from deploybench.models.fastpitch import FastPitchFamily
+from deploybench.models.fastpitch_data import text_to_ids
 from deploybench.models.tft import TFTFamily
 from deploybench.perf_inputs import write_input_data
 from tests.conftest import base_config, processes_mentioning, validated
@@ -208,7 +209,7 @@ def test_dles_fastpitch_input_file_is_the_pinned_one(tmp_path):
     lowercase, "Mrs." → "misess" (common/text/abbreviations.py), 44 letters as a LongTensor,
     tiled to 128 and written as int64 by ``tofile``. Read through perf.input_data, its sha256 is
     what the measurement records and the report compares."""
-    from deploybench.models.fastpitch import SYMBOL_ID, tile_ids
+    from deploybench.models.fastpitch_data import SYMBOL_ID, tile_ids
     from deploybench.perf_inputs import raw_sha256, read_input_files
     from deploybench.tensors import TensorSpec
 

@@ -27,7 +27,7 @@ from deploybench import runtime
 from deploybench import serving_plan as dbserving
 from deploybench.config import deep_merge
 from deploybench.models import load_family
-from deploybench.report import no_published_reason, published_rows, reference_note
+from deploybench.report_published import no_published_reason, published_rows, reference_note
 from deploybench.repository import model_config
 from deploybench.triton_config import to_pbtxt
 from tests.conftest import REPO, base_config, planned_jobs, run_snakemake, write_config

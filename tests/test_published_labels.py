@@ -17,7 +17,7 @@ from deploybench import config as dbc
 from deploybench import serving_plan
 from deploybench.cli import published_label_notes
 from deploybench.models import load_family
-from deploybench.report import published_notes, published_rows, ratios, summary_section
+from deploybench.report_published import published_notes, published_rows, ratios, summary_section
 from deploybench.repository import model_config
 from deploybench.triton_config import parse_pbtxt, to_pbtxt
 from tests.conftest import REPO, base_config, validated

@@ -5,8 +5,8 @@ report gives it a ratio and shows it in its page's table.
 Generated from the table, never a hand list. Each run's measured CSVs are written by the
 measurement's own writer (``perf.summarize`` over made-up trials, ``io.write_csv`` in
 ``perf.COLUMNS``) at its plan's points, joined with the published rows the report matches to it
-(``report.published_rows``, ``report.ratios``) and drawn into each model's page
-(``jobs.report``). A row without a ratio fails the test by its source page and values.
+(``report_published.published_rows``, ``report_published.ratios``) and drawn into each model's
+page (``jobs.report``). A row without a ratio fails the test by its source page and values.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from deploybench.config import reference_run
 from deploybench.io import write_csv
 from deploybench.perf import COLUMNS, WINDOWS, summarize
 from deploybench.plan import RunPlan, plan_run
-from deploybench.report import _cell, published_rows, ratios
+from deploybench.report_cells import cell_text
+from deploybench.report_published import published_rows, ratios
 from tests.conftest import REPO, base_config, validated
 
 PUBLISHED = REPO / "config" / "reference" / "published.csv"
@@ -223,6 +224,8 @@ def test_the_report_page_shows_every_published_row_of_a_gpu_run_with_its_ratio(m
             start = f"| {row['scenario']} | {int(row['batch'])} | {int(row['concurrency'])} | "
             cells = [line.split(" | ") for line in lines if line.startswith(start)]
             # published inferences/s, then the throughput ratio and the p99 ratio, not empty
-            if not any(c[4] == _cell(float(row["throughput"])) and c[5] and c[6] for c in cells):
+            if not any(
+                c[4] == cell_text(float(row["throughput"])) and c[5] and c[6] for c in cells
+            ):
                 missing.append(describe(int(index)))
     assert not missing, f"{len(missing)} published rows not on the page: {missing[:5]}"

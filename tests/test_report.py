@@ -12,11 +12,9 @@ import pytest
 
 from deploybench import jobs
 from deploybench.columns import TABLE_LABELS
-from deploybench.report import (
-    between_runs,
-    between_runs_section,
-    chart_image,
-    markdown_table,
+from deploybench.report import between_runs, between_runs_section, chart_image
+from deploybench.report_cells import markdown_table
+from deploybench.report_published import (
     published_rows,
     ratios,
     reference_note,
@@ -295,7 +293,7 @@ def test_a_gpu_run_is_set_beside_the_published_rows_only_after_its_preflight_pas
 
 
 def test_fastpitch_rows_need_its_trained_weights_and_dles_input_to_be_compared():
-    from deploybench.report import publication_gate
+    from deploybench.report_published import publication_gate
 
     config = base_config()
     run = {"path": "fastpitch/A30/ts-trace/fp16", "preflight": []}
@@ -392,7 +390,7 @@ def test_the_page_compares_fastpitch_only_with_the_pinned_checkpoint(tmp_path):
 def test_fastpitch_rows_need_the_pinned_checkpoint_and_input_files():
     """published_needs pins the files by sha256: another checkpoint or input file, or a pin left
     null, keeps the rows apart, and the blocker names the file, its sha256 and the pinned one."""
-    from deploybench.report import publication_gate
+    from deploybench.report_published import publication_gate
 
     config = validated(base_config())
     needs = config["models"]["fastpitch"]["published_needs"]

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import vl_convert as vlc
 
-from deploybench import plots, report
+from deploybench import plots, report_search
 from deploybench.errors import ConfigError, DeploybenchError, ResultsError
 from tests.test_plots import (
     SVG,
@@ -279,7 +279,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 
 def test_search_section_says_what_was_searched_and_chosen():
-    text = report.search_section(RUN, candidates(), choice(), "search/pareto.png")
+    text = report_search.search_section(RUN, candidates(), choice(), "search/pareto.png")
     assert text.startswith(f"## Search: {RUN}\n\n")
     assert (
         "Searched 3 serving configurations (grid strategy) for the most throughput with p99 "
@@ -290,7 +290,7 @@ def test_search_section_says_what_was_searched_and_chosen():
     )
     assert f"over the baseline `{BASELINE}`: x1.230 ± 0.050 (significant)." in text
     assert "![search pareto](search/pareto.png)" in text
-    nested = report.search_section(RUN, candidates(), choice(), None, nested=True)
+    nested = report_search.search_section(RUN, candidates(), choice(), None, nested=True)
     assert nested.startswith("### Serving-configuration search\n\n")
     assert "![" not in nested
 
@@ -307,13 +307,13 @@ def test_search_section_says_what_was_searched_and_chosen():
     ],
 )
 def test_search_section_gain_without_significance(gain, expected):
-    text = report.search_section(RUN, candidates(), choice(gain=gain), None)
+    text = report_search.search_section(RUN, candidates(), choice(gain=gain), None)
     assert f"`{BASELINE}`: {expected}." in text
 
 
 def test_search_section_without_budget_or_floor_and_the_baseline_chosen():
     record = choice(variant=BASELINE, latency_budget_ms=None, min_throughput=None, candidates=1)
-    text = report.search_section(RUN, candidates(), record, None)
+    text = report_search.search_section(RUN, candidates(), record, None)
     assert "Searched 1 serving configuration (grid strategy)" in text
     assert "with no p99 latency budget." in text
     assert f"Chosen: `{BASELINE}` at concurrency 4, batch 1" in text
@@ -321,7 +321,7 @@ def test_search_section_without_budget_or_floor_and_the_baseline_chosen():
 
 
 def test_search_section_table_labels_candidates_and_leaves_missing_values_empty():
-    text = report.search_section(RUN, candidates(), choice(), None)
+    text = report_search.search_section(RUN, candidates(), choice(), None)
     rows = table_rows(text)
     header = rows["Variant"]
     assert header[1:7] == [
@@ -351,15 +351,15 @@ def test_search_section_table_labels_candidates_and_leaves_missing_values_empty(
 
 
 def test_search_section_of_a_gpu_run_has_no_threads_column():
-    text = report.search_section(RUN, candidates(gpu=True), choice(), None)
+    text = report_search.search_section(RUN, candidates(gpu=True), choice(), None)
     assert "Threads" not in table_rows(text)["Variant"]
     assert "nan" not in text.lower()
 
 
 def test_search_section_names_what_it_lacks():
     with pytest.raises(ResultsError, match=r"candidates lack columns \['verdict'\]"):
-        report.search_section(RUN, candidates().drop(columns="verdict"), choice(), None)
+        report_search.search_section(RUN, candidates().drop(columns="verdict"), choice(), None)
     record = choice()
     del record["strategy"]
     with pytest.raises(ResultsError, match=r"choice lacks keys \['strategy'\]"):
-        report.search_section(RUN, candidates(), record, None)
+        report_search.search_section(RUN, candidates(), record, None)

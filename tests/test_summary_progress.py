@@ -296,7 +296,7 @@ def test_summary_of_a_run(run_dir):
         "report  none yet; make it with: .venv/bin/snakemake --profile profiles/local "
         "reports/cpu/tft.html (after every tft run of the set)" in lines
     )
-    assert len(lines) < 32  # each scenario says its energy in a line
+    assert len(lines) < 34  # each scenario says its energy and GPU metrics in a line each
 
 
 def test_summary_names_what_measured_the_run(run_dir):
@@ -327,7 +327,7 @@ def test_summary_lists_the_charts_and_report_pages_that_exist(run_dir, tmp_path)
     assert charts == [f"results/{RUN}/plots/{c}.html" for c in RUN_CHARTS]
     assert [line for line in lines if line.startswith("report")] == ["report  reports/cpu/tft.html"]
     assert not any("none yet" in line for line in lines)
-    assert len(lines) < 32  # each scenario says its energy in a line
+    assert len(lines) < 34  # each scenario says its energy and GPU metrics in a line each
 
 
 def test_summary_of_a_part_of_a_run_and_of_a_run_elsewhere(run_dir, tmp_path, monkeypatch):

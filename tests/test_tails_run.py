@@ -19,7 +19,7 @@ import pytest
 from deploybench import perf, tails
 from deploybench import server as srv
 from deploybench import triton_metrics as tm
-from deploybench.instruments import TrialEnergy, TritonCounter
+from deploybench.instruments import TrialEnergy, TritonCounter, probe_gpu_metrics
 from deploybench.perf_inputs import write_input_data
 from deploybench.transport import Transport
 from tests.test_server import make_repository
@@ -39,7 +39,8 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     measured = []
     with srv.TritonServer(make_repository(tmp, "busy"), tmp / "server.log") as server:
         triton = tm.probe(server.metrics_port, server.extra_args, poll_s=0.1)
-        instruments = (TrialEnergy("not measured: no RAPL"), TritonCounter(triton))
+        gpu_metrics = probe_gpu_metrics(server.metrics_port, server.extra_args)
+        instruments = (TrialEnergy("not measured: no RAPL"), TritonCounter(triton), gpu_metrics)
         for concurrency in (1, 4):
             measurement = perf.Measurement(
                 "ident",
@@ -52,7 +53,7 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
                 check_server=server.check_alive,
             )
             row = perf.measure_point(measurement, perf.Point(1, concurrency))
-            measured.append(row | {"trial": 1})
+            measured.append(row | {"trial": 1, "perf_log": Path(tmp) / "perf.log"})
     return measured
 
 
@@ -76,3 +77,19 @@ def test_a_cpu_server_has_no_second_meter_and_says_why(rows):
     for row in rows:
         assert row["energy_per_inference_triton_j"] is None
         assert row["triton_energy_status"] == tm.NOT_ON_SERVER
+
+
+def test_perf_analyzer_collects_a_cpu_servers_metrics_with_no_gpu_in_them(rows):
+    """--collect-metrics reaches the server's own metrics port (the real perf_analyzer 2.41 and
+    tritonserver): its CSV has the per-GPU headings, empty on a CPU server, and the status
+    says why."""
+    for row in rows:
+        for column in ("triton_gpu_util_pct", "triton_gpu_power_w", "triton_gpu_memory_used_mib"):
+            assert row[column] is None
+        assert row["triton_gpu_status"].startswith(
+            "not measured: the server's metrics have no nv_gpu_utilization"
+        )
+    # perf_analyzer was asked, and wrote the per-GPU headings (empty cells, not missing ones)
+    log = rows[0]["perf_log"].read_text()
+    assert "--collect-metrics --metrics-url http://127.0.0.1:" in log
+    assert "WARNING: Unable to parse 'nv_gpu_utilization' metric." in log

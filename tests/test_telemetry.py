@@ -1,4 +1,4 @@
-"""The energy meters (deploybench.telemetry, nvml, rapl): NVML against the stand-in
+"""The energy meters (deploybench.meters, telemetry, nvml, rapl): NVML against the stand-in
 libnvidia-ml.so.1 (tests/fixtures/fake_libnvidia_ml.c: a counter advancing at a constant
 power), RAPL against a stand-in powercap tree, the sampler thread and a window's numbers."""
 
@@ -14,13 +14,17 @@ import pytest
 
 from deploybench.errors import ConfigError, DeploybenchError
 from deploybench.gpu_identity import ServerGpus
-from deploybench.telemetry import (
-    BY_COUNTERS,
-    BY_SAMPLES,
+from deploybench.meters import (
     MIG_INSTANCE,
     NO_ENERGY_COUNTER,
     POWER_AVERAGED,
     POWER_INSTANT,
+    describe,
+    open_meter,
+)
+from deploybench.telemetry import (
+    BY_COUNTERS,
+    BY_SAMPLES,
     SLOWDOWNS,
     THROTTLING,
     IdleRead,
@@ -28,9 +32,7 @@ from deploybench.telemetry import (
     NotMeasured,
     Sample,
     Sampler,
-    describe,
     idle_baseline,
-    open_meter,
     read_idle,
     throttle_names,
     window,

@@ -70,7 +70,8 @@ def energy_meter(settings: dict[str, Any], gpus: Any = None) -> Iterator[tuple[A
     empty, never 0). ``gpus``: the GPUs the server computes on (gpu_identity.ServerGpus; None:
     none, a server on the CPU), which an NVML meter reads. The counter's update period is
     measured here, once per job (the meter's ``counter_period_s``)."""
-    from ..telemetry import NotMeasured, describe, open_meter
+    from ..meters import describe, open_meter
+    from ..telemetry import NotMeasured
 
     try:
         meter = open_meter(
@@ -188,7 +189,7 @@ class ScenarioEnergy:
         served: list[str],
         label: str,
     ) -> None:
-        from ..instruments import TrialEnergy, TritonCounter
+        from ..instruments import TrialEnergy, TritonCounter, probe_gpu_metrics
         from ..triton_metrics import probe
 
         # an NVML meter reads the GPUs the served models' instances are placed on
@@ -226,7 +227,11 @@ class ScenarioEnergy:
         else:
             self.record["status"] = status
             progress.say("%s: energy %s", label, status)
-        self.instruments = (energy, TritonCounter(triton))
+        # Triton's GPU utilisation, power and memory, which perf_analyzer collects itself
+        gpu_metrics = probe_gpu_metrics(server.metrics_port, server.extra_args)
+        self.record["triton_gpu_metrics"] = {"status": gpu_metrics.status, "url": gpu_metrics.url}
+        log.info("%s: Triton's GPU metrics: %s", label, gpu_metrics.status)
+        self.instruments = (energy, TritonCounter(triton), gpu_metrics)
 
     def after_sweep(self, trial_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The idle read again, the sweep over: the trials' above-idle figures from both."""
@@ -587,7 +592,7 @@ def perf(
             "sha256": inputs_digest(sample),
             "files": spec.get("input_data"),
             # each input's bytes, as DLE's raw files hold them: what
-            # models.<m>.published_needs.input_sha256 pins (deploybench.report)
+            # models.<m>.published_needs.input_sha256 pins (deploybench.report_published)
             "raw_sha256": raw_sha256(sample),
         },
         **run,

@@ -30,7 +30,7 @@ def chart_inputs(
     """What a run's charts are drawn from (``published``: the published table): the plots job
     draws them, the report job asks which have nothing to draw (``plots.not_drawn``)."""
     from .. import plots as charts
-    from ..report import no_published_reason, published_rows, reference_rows
+    from ..report_published import no_published_reason, published_rows, reference_rows
 
     return charts.ChartInputs(
         offline=offline,
@@ -81,20 +81,16 @@ def report(
 
     from .. import plots as charts
     from ..plan import plan_run
-    from ..report import (
-        between_runs_section,
-        chart_image,
+    from ..report import between_runs_section, chart_image, read_json, render_html, run_section
+    from ..report_published import (
         publication_gate,
         published_notes,
         published_rows,
         ratios,
-        read_json,
         reference_note,
-        render_html,
-        run_section,
-        search_section,
         summary_section,
     )
+    from ..report_search import search_section
 
     model, runs, options = spec["model"], spec["runs"], spec["options"]
     reference = pd.read_csv(published)

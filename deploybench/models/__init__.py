@@ -33,7 +33,8 @@ __all__ = [
 
 MODELS_DIR = Path(__file__).resolve().parent
 # Modules of this package that hold no model.
-NOT_MODELS = frozenset({"__init__", "base"})
+# what models/ holds beside the model modules: the base classes, a model's own helpers
+NOT_MODELS = frozenset({"__init__", "base", "fastpitch_data"})
 # The base class a family derives from -> its framework.
 FRAMEWORK_BASES = {base.__name__: base.framework for base in (TorchFamily, KerasFamily)}
 

@@ -1,5 +1,5 @@
 """The ``energy`` check: what a measurement job on this node will meter, found the way the job
-finds it (deploybench.gpu_identity, deploybench.telemetry), in the same image and allocation.
+finds it (deploybench.gpu_identity, deploybench.meters), in the same image and allocation.
 
 The GPUs a run's server computes on (``gpu_identity.SERVER_GPUS``, CUDA ordinals in the
 server's environment) are named by UUID through CUDA and opened in NVML by that UUID; their
@@ -20,7 +20,8 @@ NAME = "energy"
 def check_energy(spec: PreflightSpec) -> Check:
     """What the runs on ``spec``'s GPU will meter, or why they will not."""
     from ..gpu_identity import SERVER_GPUS, ServerGpus
-    from ..telemetry import NotMeasured, open_meter
+    from ..meters import open_meter
+    from ..telemetry import NotMeasured
     from ..tools import server_environment
 
     settings: dict[str, Any] = dict(spec.get("energy") or {})

@@ -4,7 +4,7 @@
 
 ``RESULTS`` is the folder that holds ``results/`` (the kit's ``results.tar.gz`` unpacked). For
 each scenario and point the kit measured, one line: the published row at the same batch and
-concurrency that ``tft/<published GPU>/ts-trace/fp32`` reproduces (``report.published_rows``:
+concurrency that ``tft/<published GPU>/ts-trace/fp32`` reproduces (``report_published.published_rows``:
 TFT's data set, electricity, not the page's traffic rows; DLE's A100 "FP16" rows, which ran fp32
 weights: ``models.tft.published_ran``), then
 each precision the kit ran: throughput ± its 95 % interval and p99, then the energy per
@@ -30,7 +30,7 @@ import pandas as pd
 
 from deploybench.cli import load_config
 from deploybench.partial import finished_rows, partial_path, read
-from deploybench.report import published_rows
+from deploybench.report_published import published_rows
 from deploybench.summary import measured_on
 
 REPO = Path(__file__).resolve().parents[3]
