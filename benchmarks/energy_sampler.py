@@ -42,12 +42,12 @@ from serving_efficiency import digits_for, with_interval  # benchmarks/: the sam
 from snakemake.utils import validate
 
 from deploybench import perf, stats
-from deploybench.config import deep_merge, load_yaml
 from deploybench.instruments import NOT_MEASURED, NOT_READ, TrialEnergy
 from deploybench.jobs.measure import energy_meter, ready_server
 from deploybench.models import load_family
 from deploybench.perf_inputs import write_input_data
-from deploybench.plan import plan_run
+from deploybench.planning.run_plan import plan_run
+from deploybench.planning.workflow_config import deep_merge, load_yaml
 from deploybench.server import graceful_signals
 from deploybench.telemetry import Meter, Sample
 from deploybench.transport import of_spec

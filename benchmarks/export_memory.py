@@ -28,9 +28,9 @@ from pathlib import Path
 import psutil
 import yaml
 
-from deploybench.config import all_runs, resolve
 from deploybench.io import MIB
 from deploybench.models import CHECKPOINT_FILES, framework_of
+from deploybench.planning.workflow_config import all_runs, resolve
 
 REPO = Path(__file__).resolve().parent.parent
 CEILING_MB = 12 * 1024

@@ -105,7 +105,7 @@ def load_config(overlay: Path | None) -> dict[str, Any]:
     against the schema (defaults filled in)."""
     from snakemake.utils import validate
 
-    from deploybench.config import deep_merge, load_yaml
+    from deploybench.planning.workflow_config import deep_merge, load_yaml
 
     config = load_yaml(REPO / "config" / "config.yaml")
     if overlay is not None:
@@ -116,7 +116,7 @@ def load_config(overlay: Path | None) -> dict[str, Any]:
 
 def cpu_plan(config: dict[str, Any], model: str) -> Any:
     """The model's fp32 run on the ``cpu`` gpu (its sizing's accuracy settings)."""
-    from deploybench.plan import plan_run
+    from deploybench.planning.run_plan import plan_run
 
     cpu = config["gpus"]["cpu"]
     formats = [f for f, p in config["models"][model]["formats"].items() if "fp32" in p]
@@ -126,7 +126,7 @@ def cpu_plan(config: dict[str, Any], model: str) -> Any:
 
 def fp16_plans(config: dict[str, Any], model: str) -> list[Any]:
     """One run plan per configured fp16 format of the model (on the first GPU that runs it)."""
-    from deploybench.plan import plan_run
+    from deploybench.planning.run_plan import plan_run
 
     plans = []
     for fmt, precisions in config["models"][model]["formats"].items():
@@ -198,11 +198,11 @@ def measure_model(
 ) -> dict[str, Any]:
     """Everything this benchmark reports of one model (run in its own process)."""
     from deploybench.accuracy import compare_outputs, measure
-    from deploybench.conversion_plan import CONVERSION_DEFAULTS
     from deploybench.convert import SERVED_TYPES, onnx_fp16
     from deploybench.errors import AccuracyError
     from deploybench.export import prepare_model
-    from deploybench.export_plan import plan_export
+    from deploybench.planning.conversion_plan import CONVERSION_DEFAULTS
+    from deploybench.planning.export_plan import plan_export
     from deploybench.runtime import load_runner
 
     timings: dict[str, float] = {}

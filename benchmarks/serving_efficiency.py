@@ -42,10 +42,10 @@ import yaml
 from snakemake.utils import validate
 
 from deploybench import perf, stats
-from deploybench.config import resolve
 from deploybench.models import load_family
 from deploybench.perf_inputs import write_input_data
-from deploybench.plan import plan_run
+from deploybench.planning.run_plan import plan_run
+from deploybench.planning.workflow_config import resolve
 from deploybench.runtime import Runner, load_runner, threads_per_instance
 from deploybench.server import TritonServer, graceful_signals
 from deploybench.transport import of_spec

@@ -8,7 +8,7 @@ the tests.
 
 One TorchScript module, ``y = 2x + 1`` (scripted: it keeps its input's float type), is served
 by Triton's python backend through the workflow's own ``model.py`` and runtime
-(:mod:`deploybench.repository`), with ``KIND_GPU`` instances on a GPU device, as two models:
+(:mod:`deploybench.model_repository`), with ``KIND_GPU`` instances on a GPU device, as two models:
 ``canary_fp32`` takes a ``TYPE_FP32`` input and ``canary_fp16`` a ``TYPE_FP16`` one. The
 steps, in order (:data:`STEPS`): the module run on the device; the repository written; the
 server ready; one request to each model, its answer checked (type and values); one short
@@ -108,7 +108,7 @@ def write_artifact(path: Path, device: str) -> str:
 
 
 def write_repository(out: Path, artifact: Path, device: str) -> str:
-    from .repository import build_repository, model_config
+    from .model_repository import build_repository, model_config
 
     triton = {
         "max_batch_size": MAX_BATCH,

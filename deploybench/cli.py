@@ -146,9 +146,9 @@ def load_config(path: Path | None) -> dict[str, Any]:
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
-    from .config import load_yaml
     from .errors import ConfigError
     from .images import source_tree
+    from .planning.workflow_config import load_yaml
 
     schema = source_tree() / "config" / "schema" / "config.schema.yaml"
     if path is None:

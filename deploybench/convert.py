@@ -9,7 +9,7 @@ without one they stop with :class:`NeedsGPU` before doing anything, naming what 
 run. ``onnx-fp16`` (float16 weights and compute, float32 inputs and outputs) needs no GPU.
 
 Every setting is data (``models.<m>.convert.<converter>`` in the config, resolved and checked by
-:func:`deploybench.conversion_plan.conversion_settings` while the DAG is built) and reaches
+:func:`deploybench.planning.conversion_plan.conversion_settings` while the DAG is built) and reaches
 :func:`convert` as it is; the command lines and converter parameters are built by pure functions
 so they can be checked without a GPU.
 """

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from . import locks
-from .config import ConfigError
 from .errors import ImageBuildError
 from .io import atomic_path, sha256_of, write_json
+from .planning.workflow_config import ConfigError
 
 IMAGE_DIR = "images"
 # What installs a lock in an image (its own pip, inside the build), in the source tree.

@@ -46,7 +46,7 @@ def fingerprint(spec: Mapping[str, Any], repository: Path | str) -> str:
     the model repository's files (name, size, modification time) less the engine caches a
     server writes into it while it loads."""
     from .io import SKIPPED  # Snakemake's timestamp in a directory output, not the model's
-    from .repository import engine_caches
+    from .model_repository import engine_caches
 
     repository = Path(repository)
     caches = [c.resolve() for c in engine_caches(repository)]

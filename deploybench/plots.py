@@ -62,8 +62,8 @@ from .chart_kit import (  # noqa: F401 - CONFIG, SOURCE, UNSTABLE_COLOR, save*, 
 from .chart_names import RunChart
 from .columns import INTERVAL_COLUMNS, chart_labels
 from .compare import has_energy, not_measured
+from .config_search import MEASURED
 from .errors import ConfigError, ResultsError
-from .search import MEASURED
 
 # Latency quantiles of the offline graphs, drawn as one dash style each.
 QUANTILES = chart_labels("quantile")

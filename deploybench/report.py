@@ -30,7 +30,7 @@ from .compare import (
     format_interval,
     not_measured,
 )
-from .engines import describe as describe_engines
+from .planning.engines import describe as describe_engines
 from .report_cells import as_float, integer_text, is_missing, is_number, is_true, markdown_table
 from .unmeasured import NOT_MEASURED, STATUS_COLUMNS, measured_columns
 
@@ -90,7 +90,9 @@ def configuration_table(
     if engines:  # TF-TRT: what of the model TensorRT runs (deploybench.convert.trt_engine_counts)
         rows["TF-TRT engines"] = trt_engines_text(engines)
     layout = describe_engines(config)
-    if layout:  # trt, onnx-trt: one engine per batch size or one shared (deploybench.engines)
+    if (
+        layout
+    ):  # trt, onnx-trt: one engine per batch size or one shared (deploybench.planning.engines)
         rows["TensorRT engines"] = layout
     for scenario, text in (transports or {}).items():
         if text:  # as DLE's runner for the model (deploybench.transport)

@@ -16,7 +16,13 @@ import pandas as pd
 from .chart_names import RunChart
 from .columns import INTERVAL_COLUMNS
 from .compare import POINT, measured
-from .config import ConfigError, published_ran, reference_format, reference_model, reference_run
+from .planning.workflow_config import (
+    ConfigError,
+    published_ran,
+    reference_format,
+    reference_model,
+    reference_run,
+)
 from .report import read_json
 from .report_cells import as_float, markdown_table
 from .stats import ratio_to
@@ -52,7 +58,9 @@ def with_measured_batches(
     missing = rows["batch"].isna() if "batch" in rows else pd.Series(False, index=rows.index)
     if not missing.any():
         return rows
-    from .plan import plan_run  # (the plan reads the config's models: only when needed)
+    from .planning.run_plan import (
+        plan_run,  # (the plan reads the config's models: only when needed)
+    )
 
     plan = plan_run(config, *run_path.split("/"))
     filled = rows.copy()
@@ -95,7 +103,7 @@ def reference_rows(config: dict[str, Any], published: pd.DataFrame, run_path: st
 
 def _reproducing_entries(config: dict[str, Any], published: pd.DataFrame) -> pd.DataFrame:
     """Per published row, the model and format entries that reproduce it (as
-    :func:`deploybench.config.reference_run` resolves them; None where none does), on the
+    :func:`deploybench.planning.workflow_config.reference_run` resolves them; None where none does), on the
     rows' index."""
     keys = ["model", "dataset", "format", "accelerator"]
     rows = published.reindex(columns=keys).astype(object)

@@ -1,6 +1,6 @@
 """The serving-configuration search's section of a run's report page: what was searched, what
 it chose and by how much it beats the baseline, its Pareto chart and the candidates' table
-(search.csv and best/choice.json: deploybench.search).
+(search.csv and best/choice.json: deploybench.config_search).
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ def tail_note(bound: TailBound) -> str:
 # request_record.h) only timestamps. Tensors in shared memory are not kept (client r24.04 and
 # r25.12 src/c++/library/common.cc InferInput::RawData: no buffer). It keeps the inputs even
 # without an export, which a measurement job's memory accounts for
-# (deploybench/measurement_memory.py).
+# (deploybench/planning/measurement_memory.py).
 TENSORS_RECORDED_FROM = (2, 45)
 EXPORT_BUDGET_BYTES = 256 * 2**20  # what one measuring attempt's export may take, at most
 JSON_BYTES_PER_VALUE = 12  # a float as rapidjson writes it, with its comma

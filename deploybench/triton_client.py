@@ -15,7 +15,7 @@ import numpy as np
 
 from .tensors import NUMPY_TO_TRITON, TRITON_TO_NUMPY
 
-# A run's `server.client_timeout_s` replaces it (deploybench.serving_plan.server_settings:
+# A run's `server.client_timeout_s` replaces it (deploybench.planning.serving_plan.server_settings:
 # onnx-trt).
 DEFAULT_TIMEOUT_S = 120.0
 

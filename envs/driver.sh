@@ -36,4 +36,4 @@ PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
 "${PIP[@]}" --no-compile -r envs/driver.txt
 "${PIP[@]}" --no-deps -e .
 echo "driver: snakemake $("$VENV/bin/snakemake" --version) in $VENV;" \
-    "$("$VENV/bin/python" -c 'import deploybench.plan, snakemake_executor_plugin_slurm as s; print("deploybench.plan and", s.__name__, "import")')"
+    "$("$VENV/bin/python" -c 'import deploybench.planning.run_plan, snakemake_executor_plugin_slurm as s; print("deploybench.planning.run_plan and", s.__name__, "import")')"

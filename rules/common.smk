@@ -1,6 +1,6 @@
 # Shared helpers: config validation, wildcard constraints, paths, and glue over the plan.
-# What a run is and how each step does it comes from deploybench.plan (one frozen plan per run,
-# cached here); an unknown model/gpu/format/precision or a combination the config does not allow
+# What a run is and how each step does it comes from deploybench.planning.run_plan (one frozen
+# plan per run, cached here); an unknown model/gpu/format/precision or a combination the config does not allow
 # fails while the DAG is built, with a message naming the value and the valid choices.
 
 import dataclasses
@@ -16,20 +16,20 @@ from snakemake.utils import validate
 from snakemake.settings.types import DeploymentMethod
 
 from deploybench import chart_names
-from deploybench import config as dbconfig
-from deploybench import engines as dbengines
-from deploybench import export_plan as dbexport
+from deploybench import config_search as dbsearch
 from deploybench import images
 from deploybench import job_imports
-from deploybench import measurement_memory as dbmemory
-from deploybench import resources as dbresources
-from deploybench import plan as dbplan
-from deploybench import preflight_plan as dbpreflight
 from deploybench import provenance
-from deploybench import schedule as dbschedule
-from deploybench import search as dbsearch
-from deploybench import search_plan as dbsearch_plan
-from deploybench import serving_plan as dbserving
+from deploybench.planning import config_search_plan as dbsearch_plan
+from deploybench.planning import engines as dbengines
+from deploybench.planning import export_plan as dbexport
+from deploybench.planning import measurement_memory as dbmemory
+from deploybench.planning import preflight_plan as dbpreflight
+from deploybench.planning import resources as dbresources
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning import schedule as dbschedule
+from deploybench.planning import serving_plan as dbserving
+from deploybench.planning import workflow_config as dbconfig
 
 SCHEMA = workflow.source_path("../config/schema/config.schema.yaml")
 validate(config, SCHEMA)
@@ -80,7 +80,7 @@ EXPORT = "results/{model}/export/{export_format}/{export_precision}/{artifact}"
 # (a V100) is served from exports made in the images that drive it (gpus.images_for_gpu).
 EXPORT_IN_IMAGE = "results/{model}/export@{export_image}/{export_format}/{export_precision}/{artifact}"
 CONVERTED = f"{RUN_DIR}/convert/{{artifact}}"
-# engines: per_batch (deploybench/engines.py): the engine of one batch size
+# engines: per_batch (deploybench/planning/engines.py): the engine of one batch size
 CONVERTED_BATCH = f"{RUN_DIR}/convert/batch{{batch}}/{{artifact}}"
 REPOSITORY = f"{RUN_DIR}/repository"
 RESULT_FILES = ("accuracy.csv", "task.csv", "offline.csv", "online.csv")
@@ -487,7 +487,7 @@ def gpu_resources():
     return request_resources(lambda w: plan_of(w).gpu_request)
 
 
-# --- Time limits (deploybench/schedule.py): on a GPU whose partition caps a job's time
+# --- Time limits (deploybench/planning/schedule.py): on a GPU whose partition caps a job's time
 # (`gpus.<gpu>.slurm.max_runtime`), scenarios are measured in parts and merged (rules/perf.smk).
 PARTED_GPUS = dbresources.gpus_measured_in_parts(config)
 PART_STEM = f"{RUN_DIR}/parts/{{scenario}}.{{part}}"
@@ -561,7 +561,7 @@ def framework_mem_mb(wildcards):
 def measurement_mem_mb(wildcards):
     """For `resources: mem_mb=` of the measurement jobs (offline, online, their parts): the
     inputs perf_analyzer keeps over its longest window, plus a baseline
-    (deploybench/measurement_memory.py); more than the node's fails here."""
+    (deploybench/planning/measurement_memory.py); more than the node's fails here."""
     part = int(wildcards.part) if hasattr(wildcards, "part") else None
     return dbmemory.plan_measurement_mem_mb(
         config, plan_of(wildcards), wildcards.scenario, part

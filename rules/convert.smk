@@ -35,7 +35,7 @@ use rule convert as convert_directory with:
         artifact=one_of(DIRECTORY_ARTIFACTS),
 
 
-# engines: per_batch (models.<m>.convert.tensorrt.engines; deploybench/engines.py): the engine of
+# engines: per_batch (models.<m>.convert.tensorrt.engines; deploybench/planning/engines.py): the engine of
 # one offline batch size, min = opt = max = that batch, as DLE converted BERT for each batch.
 use rule convert as convert_batch with:
     output:

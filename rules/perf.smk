@@ -4,7 +4,7 @@
 # job; measurement jobs take every core so that nothing else runs beside a measurement.
 # On a GPU whose partition caps a job's time (`gpus.<gpu>.slurm.max_runtime`), a scenario is
 # measured in parts (offline_part, online_part: as many points as fit the limit each) and
-# merged into the same files by merge_parts (deploybench/schedule.py).
+# merged into the same files by merge_parts (deploybench/planning/schedule.py).
 
 
 rule offline:

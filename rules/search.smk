@@ -1,4 +1,4 @@
-# The serving-configuration search (deploybench/search.py). Each candidate ("variant") serves
+# The serving-configuration search (deploybench/config_search.py). Each candidate ("variant") serves
 # the run's one artifact from its own Triton repository and is measured online over the
 # search's sweep, as the run's own online job measures; the choice reads them all. grid: every
 # candidate is known when the DAG is built; quick: a walk whose steps (checkpoint search_step)

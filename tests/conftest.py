@@ -77,7 +77,7 @@ def validated(config: dict[str, Any]) -> dict[str, Any]:
 
 def smoke_config() -> dict[str, Any]:
     """The shipped config with config/smoke.yaml layered over it (as ``--configfile`` does)."""
-    from deploybench.config import deep_merge
+    from deploybench.planning.workflow_config import deep_merge
 
     return deep_merge(base_config(), yaml.safe_load(SMOKE.read_text()))
 

@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from deploybench import config as dbconfig
 from deploybench.models import load_family
+from deploybench.planning import workflow_config as dbconfig
 from tests.conftest import REPO, SMOKE, base_config, planned_jobs, run_snakemake, smoke_config
 
 pytestmark = pytest.mark.e2e

@@ -23,18 +23,18 @@ from typing import Any
 
 import pytest
 
-from deploybench import config as dbc
 from deploybench import convert as cv
-from deploybench import engines as dbengines
 from deploybench import jobs
-from deploybench import plan as dbplan
-from deploybench import repository as repo_mod
-from deploybench import serving_plan as dbserving
+from deploybench import model_repository as repo_mod
 from deploybench.errors import ConfigError, NeedsGPU
 from deploybench.io import sha256_of
 from deploybench.jobs import measure as measure_jobs
+from deploybench.planning import engines as dbengines
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning import serving_plan as dbserving
+from deploybench.planning import workflow_config as dbc
+from deploybench.planning.config_search_plan import plan_search
 from deploybench.report import configuration_table
-from deploybench.search_plan import plan_search
 from deploybench.triton_config import read_config
 from tests.conftest import base_config, planned_jobs, run_snakemake, validated, write_config
 from tests.test_tensorrt_versions import write_trtexec

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from deploybench import config as dbc
+from deploybench.planning import workflow_config as dbc
 from tests.conftest import base_config
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published.csv"

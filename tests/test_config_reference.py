@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from deploybench import config as dbc
+from deploybench.planning import workflow_config as dbc
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "config.yaml"

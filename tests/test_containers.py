@@ -19,11 +19,11 @@ import pytest
 
 from deploybench import images, job_imports, locks
 from deploybench.checkpoint import write_seeded_checkpoint
-from deploybench.config import ConfigError
 from deploybench.errors import ImageBuildError
 from deploybench.gpus import image_chain
 from deploybench.io import sha256_of
 from deploybench.models import load_family
+from deploybench.planning.workflow_config import ConfigError
 from tests import standin_image
 from tests.conftest import (
     BIN,

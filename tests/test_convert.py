@@ -16,13 +16,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from deploybench import config as dbc
 from deploybench import convert as cv
 from deploybench import jobs
 from deploybench import trt_version as tv
-from deploybench.conversion_plan import conversion_settings
 from deploybench.io import MIB
 from deploybench.models import load_family
+from deploybench.planning import workflow_config as dbc
+from deploybench.planning.conversion_plan import conversion_settings
 from deploybench.tensors import TensorSpec
 from tests.conftest import REPO, base_config, smoke_config
 

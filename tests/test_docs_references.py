@@ -9,7 +9,8 @@ What counts as which:
   ``tests/…``, ``config/…``, ``Snakefile``); ``*`` and ``<placeholder>`` parts match any name;
   ``:line`` and ``#anchor`` suffixes are dropped;
 - a ``module.attribute``: a span ``a.b`` or ``deploybench.a.b`` whose first part is a module
-  of the package (``report_published.published_rows``, ``perf.MeasureSettings.requests_held``),
+  of the package or of its planning wing (``run_plan.plan_run``,
+  ``report_published.published_rows``, ``perf.MeasureSettings.requests_held``),
   resolved by import and attribute lookup;
 - a config key: a span whose first part is a top-level key of the config schema
   (``models.<m>.perf.input_data``, ``gpus.<g>.slurm.max_runtime``), walked through the schema;
@@ -30,12 +31,20 @@ import pytest
 import yaml
 
 import deploybench
+import deploybench.planning
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
 SCHEMA = yaml.safe_load((REPO / "config" / "schema" / "config.schema.yaml").read_text())
 TOP_LEVEL = {p.name for p in REPO.iterdir() if not p.name.startswith(".")} - {"site"}
-MODULES = {m.name for m in pkgutil.iter_modules(deploybench.__path__)}
+# A module by the name the docs give it: the package's own, and the planning wing's by their
+# own names too (``run_plan.plan_run``), which no top-level module shares.
+MODULES = {m.name: f"deploybench.{m.name}" for m in pkgutil.iter_modules(deploybench.__path__)}
+MODULES |= {
+    m.name: f"deploybench.planning.{m.name}"
+    for m in pkgutil.iter_modules(deploybench.planning.__path__)
+    if m.name not in MODULES
+}
 SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 PLACEHOLDER = re.compile(r"^<[^>]+>$|^\{[^}]+\}$")
 
@@ -90,7 +99,7 @@ def attribute_found(span: str) -> bool | None:
         parts = parts[1:]
     if not parts or parts[0] not in MODULES:
         return None
-    name = f"deploybench.{parts[0]}"
+    name = MODULES[parts[0]]
     target: Any = importlib.import_module(name)
     for i, part in enumerate(parts[1:], start=1):
         if hasattr(target, part):

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from deploybench import accuracy
-from deploybench import plan as dbplan
 from deploybench.convert import SERVED_TYPES, torchscript_fp16
 from deploybench.errors import AccuracyError
 from deploybench.export import prepare_model
 from deploybench.models import load_family
 from deploybench.models.fastpitch_data import duration_quantities
+from deploybench.planning import run_plan as dbplan
 from tests.conftest import REPO, SMOKE, smoke_config, validated
 
 

@@ -21,13 +21,13 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from deploybench import config as dbc
 from deploybench import convert as cv
-from deploybench import plan as dbplan
-from deploybench import repository as repo_mod
-from deploybench import serving_plan as dbserving
+from deploybench import model_repository as repo_mod
 from deploybench.errors import ConversionError, ServerError
 from deploybench.models import load_family
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning import serving_plan as dbserving
+from deploybench.planning import workflow_config as dbc
 from deploybench.report import configuration_table
 from deploybench.tensors import TensorSpec
 from deploybench.triton_config import build_model_config, read_config, to_pbtxt, warmup_sample

@@ -27,9 +27,9 @@ import pytest
 import yaml
 from tritonclient.grpc import model_config_pb2
 
-from deploybench import config as dbc
-from deploybench import plan as dbplan
-from deploybench.config import deep_merge
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning import workflow_config as dbc
+from deploybench.planning.workflow_config import deep_merge
 from deploybench.triton_config import read_config
 from tests.conftest import (
     REPO,

@@ -26,7 +26,7 @@ import pytest
 from deploybench import images
 from deploybench.errors import ConfigError
 from deploybench.locks import canonical, parse_lock, requirement_names
-from deploybench.preflight_plan import plan_preflight
+from deploybench.planning.preflight_plan import plan_preflight
 from tests import standin_image
 from tests.conftest import REPO, base_config, validated
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from deploybench import images, locks
-from deploybench.config import ConfigError
 from deploybench.errors import LockError
 from deploybench.io import sha256_of
+from deploybench.planning.workflow_config import ConfigError
 from tests.conftest import REPO, base_config, planned_jobs, run_snakemake, write_config
 
 STANDIN = REPO / "tests" / "bin"

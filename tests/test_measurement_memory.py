@@ -1,4 +1,4 @@
-"""What a measurement job asks SLURM for in memory (deploybench/measurement_memory.py):
+"""What a measurement job asks SLURM for in memory (deploybench/planning/measurement_memory.py):
 perf_analyzer from tritonclient 2.45 keeps every request's inputs over a window, so ResNet-50
 online over HTTP without shared memory holds tens of GB; the job's `mem_mb` says so, and a job
 that needs more than its node has fails while the DAG is built."""
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import yaml
 
-from deploybench import measurement_memory as dbmemory
-from deploybench import plan as dbplan
 from deploybench import tails
-from deploybench.config import containers_on, deep_merge, model_settings
 from deploybench.errors import ConfigError
+from deploybench.planning import measurement_memory as dbmemory
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning.workflow_config import containers_on, deep_merge, model_settings
 from tests.conftest import REPO, base_config, validated, write_config
 from tests.test_plan import workflow_config
 from tests.test_slurm import job_field, job_resources, slurm_snakemake

@@ -14,13 +14,13 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from deploybench import config as dbc
 from deploybench import jobs
 from deploybench.gpu_identity import SERVER_GPUS
 from deploybench.io import sha256_of
+from deploybench.model_repository import model_config
 from deploybench.models import load_family
-from deploybench.repository import model_config
-from deploybench.serving_plan import container_free, serving
+from deploybench.planning import workflow_config as dbc
+from deploybench.planning.serving_plan import container_free, serving
 from deploybench.tensors import TensorSpec
 from deploybench.triton_client import served_feeds
 from deploybench.triton_config import build_model_config, to_pbtxt

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from deploybench import canary
-from deploybench import plan as dbplan
 from deploybench.errors import DataError
 from deploybench.models import load_family
 from deploybench.models.fastpitch import FastPitchFamily
 from deploybench.models.fastpitch_data import text_to_ids
 from deploybench.models.tft import TFTFamily
 from deploybench.perf_inputs import write_input_data
+from deploybench.planning import run_plan as dbplan
 from tests.conftest import base_config, processes_mentioning, validated
 
 FASTPITCH_RUN = ("fastpitch", "cpu", "onnx", "fp32")

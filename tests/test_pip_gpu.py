@@ -22,13 +22,13 @@ from google.protobuf import text_format
 from snakemake.utils import validate
 from tritonclient.grpc import model_config_pb2
 
-from deploybench import plan as dbplan
 from deploybench import runtime
-from deploybench import serving_plan as dbserving
-from deploybench.config import deep_merge
+from deploybench.model_repository import model_config
 from deploybench.models import load_family
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning import serving_plan as dbserving
+from deploybench.planning.workflow_config import deep_merge
 from deploybench.report_published import no_published_reason, published_rows, reference_note
-from deploybench.repository import model_config
 from deploybench.triton_config import to_pbtxt
 from tests.conftest import REPO, base_config, planned_jobs, run_snakemake, write_config
 

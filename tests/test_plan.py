@@ -15,13 +15,13 @@ import pytest
 from snakemake.utils import validate
 
 from deploybench import jobs
-from deploybench import plan as dbplan
-from deploybench import resources as dbresources
-from deploybench import serving_plan as dbserving
-from deploybench.config import ConfigError, all_runs, containers_on, deep_merge
-from deploybench.export_plan import plan_export, plan_model
 from deploybench.perf import MeasureSettings
-from deploybench.preflight_plan import plan_preflight
+from deploybench.planning import resources as dbresources
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning import serving_plan as dbserving
+from deploybench.planning.export_plan import plan_export, plan_model
+from deploybench.planning.preflight_plan import plan_preflight
+from deploybench.planning.workflow_config import ConfigError, all_runs, containers_on, deep_merge
 from tests.conftest import REPO, base_config, write_config
 
 SCHEMA = REPO / "config" / "schema" / "config.schema.yaml"

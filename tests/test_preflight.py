@@ -15,6 +15,7 @@ import pytest
 from deploybench import jobs, preflight, probe
 from deploybench.errors import ConfigError, PreflightError
 from deploybench.io import sha256_of
+from deploybench.planning.preflight_plan import plan_preflight
 from deploybench.preflight import frameworks as preflight_frameworks
 from deploybench.preflight import runner as preflight_runner
 from deploybench.preflight import triton as preflight_triton
@@ -22,7 +23,6 @@ from deploybench.preflight.frameworks import check_framework_cuda
 from deploybench.preflight.gpu import GpuProbe, check_driver, check_gpu_visible, driver_supports
 from deploybench.preflight.image import check_image
 from deploybench.preflight.tensorrt import check_trtexec
-from deploybench.preflight_plan import plan_preflight
 from tests.conftest import base_config, processes_mentioning, validated
 
 # The A30 runs' expectations hold on a machine with no NVIDIA GPU or trtexec, as this one.

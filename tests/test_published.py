@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deploybench import config as dbconfig
-from deploybench.plan import plan_run
+from deploybench.planning import workflow_config as dbconfig
+from deploybench.planning.run_plan import plan_run
 from tests.conftest import (
     REPO,
     base_config,

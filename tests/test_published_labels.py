@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 from snakemake.exceptions import WorkflowError
 
-from deploybench import config as dbc
-from deploybench import serving_plan
 from deploybench.cli import published_label_notes
+from deploybench.model_repository import model_config
 from deploybench.models import load_family
+from deploybench.planning import serving_plan
+from deploybench.planning import workflow_config as dbc
 from deploybench.report_published import published_notes, published_rows, ratios, summary_section
-from deploybench.repository import model_config
 from deploybench.triton_config import parse_pbtxt, to_pbtxt
 from tests.conftest import REPO, base_config, validated
 from tests.test_compare import run_cli, write_run

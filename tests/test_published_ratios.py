@@ -22,10 +22,10 @@ import pytest
 
 from deploybench import jobs
 from deploybench.compare import POINT
-from deploybench.config import reference_run
 from deploybench.io import write_csv
 from deploybench.perf import COLUMNS, WINDOWS, summarize
-from deploybench.plan import RunPlan, plan_run
+from deploybench.planning.run_plan import RunPlan, plan_run
+from deploybench.planning.workflow_config import reference_run
 from deploybench.report_cells import cell_text
 from deploybench.report_published import published_rows, ratios
 from tests.conftest import REPO, base_config, validated

@@ -30,13 +30,13 @@ IMAGE = "triton-24.09"
 # The suite's tests of code that jobs run, which need no torch, TensorFlow or Snakemake: the
 # server's start, readiness and stop with a real tritonserver and python backend (test_server);
 # the perf_analyzer command line, measurement loop, statistics and repository writing
-# (test_units, test_trials); the job's import confinement (test_searchpaths); the job's process
+# (test_units, test_trials); the job's import confinement (test_import_paths); the job's process
 # handling (test_process); the lock installer the definitions run (test_install_lock).
 JOB_SIDE_TESTS = (
     "tests/test_server.py",
     "tests/test_units.py",
     "tests/test_trials.py",
-    "tests/test_searchpaths.py",
+    "tests/test_import_paths.py",
     "tests/test_process.py",
     "tests/test_install_lock.py",
 )
@@ -147,8 +147,8 @@ def test_snakemakes_script_preamble_runs_in_a_python_310_image(image_env: Path, 
     assert build_image(tmp_path / "images" / "volta.sif") == image_env
     (tmp_path / "probe.py").write_text(
         "import sys\n"
-        "from deploybench import searchpaths, perf  # a job's first imports\n"
-        "searchpaths.confine_to_image()\n"
+        "from deploybench import import_paths, perf  # a job's first imports\n"
+        "import_paths.confine_to_image()\n"
         "open(snakemake.output[0], 'w').write(sys.version.split()[0] + ' ' + sys.executable)\n"
     )
     (tmp_path / "Snakefile").write_text(

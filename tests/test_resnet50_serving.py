@@ -15,13 +15,13 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from deploybench import config as dbc
 from deploybench import convert as cv
-from deploybench.conversion_plan import conversion_settings
 from deploybench.errors import ConversionError
+from deploybench.model_repository import model_config
 from deploybench.models import load_family
-from deploybench.repository import model_config
-from deploybench.serving_plan import serving
+from deploybench.planning import workflow_config as dbc
+from deploybench.planning.conversion_plan import conversion_settings
+from deploybench.planning.serving_plan import serving
 from deploybench.tensors import TensorSpec
 from deploybench.triton_config import to_pbtxt
 from tests.conftest import REPO, base_config

@@ -1,4 +1,4 @@
-"""Time limits that fit (deploybench/schedule.py): a GPU's `slurm.max_runtime` splits a run's
+"""Time limits that fit (deploybench/planning/schedule.py): a GPU's `slurm.max_runtime` splits a run's
 group job and its measurements so that no submission asks for more; a job that cannot fit fails
 the DAG with the numbers. Site settings (`gres`, account, QOS, reservation, extra options)
 reach the SLURM executor plugin's resources. The real cluster sees both in tests/test_slurm.py.
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploybench import parts, schedule
-from deploybench import plan as dbplan
-from deploybench import resources as dbresources
 from deploybench.errors import ConfigError
 from deploybench.io import sha256_of
-from deploybench.search_plan import plan_search
+from deploybench.planning import parts, schedule
+from deploybench.planning import resources as dbresources
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning.config_search_plan import plan_search
 from tests.conftest import (
     ONCE_A_POINT,
     base_config,

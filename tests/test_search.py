@@ -1,4 +1,4 @@
-"""The serving-configuration search's logic (deploybench.search, plan.plan_search) on constructed
+"""The serving-configuration search's logic (deploybench.config_search, plan.plan_search) on constructed
 online CSVs and results tables: the choice rule (budget, floor, noise, ties), variant names,
 settings, the grid, a candidate's plan, the quick walk, the Pareto frontiers and the energy
 objective. No Snakemake, no server: seconds."""
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from deploybench import search
+from deploybench import config_search
 from deploybench.columns import CSV_COLUMNS
-from deploybench.config import deep_merge
+from deploybench.config_search import Candidate, SearchSettings, Variant
 from deploybench.errors import ConfigError, DeploybenchError, SearchError
-from deploybench.plan import plan_run
-from deploybench.search import Candidate, SearchSettings, Variant
-from deploybench.search_plan import plan_search
+from deploybench.planning.config_search_plan import plan_search
+from deploybench.planning.run_plan import plan_run
+from deploybench.planning.workflow_config import deep_merge
 from deploybench.stats import change
 from tests.conftest import base_config, smoke_config, validated
 
@@ -71,16 +71,16 @@ def scored(
     out = []
     for name, rows in csvs.items():
         path = write_online(root, name, rows)
-        variant = search.variant_of_csv(path, device)
-        out.append(search.score(variant, search.read_points(path), budget, floor))
+        variant = config_search.variant_of_csv(path, device)
+        out.append(config_search.score(variant, config_search.read_points(path), budget, floor))
     return out
 
 
 def pick(
     candidates: Sequence[Candidate], budget: float | None = BUDGET, floor: float | None = None
 ) -> tuple[str, dict[str, str]]:
-    chosen = search.choose(candidates, budget, floor)
-    return chosen.name, search.verdicts(candidates, chosen)
+    chosen = config_search.choose(candidates, budget, floor)
+    return chosen.name, config_search.verdicts(candidates, chosen)
 
 
 # CPU variants, simplest first along each tie-break: instances, threads, max batch, delay.
@@ -121,9 +121,9 @@ def test_points_over_the_budget_are_ignored_and_the_best_within_it_taken(tmp_pat
     # the over-budget candidate is 5x faster, and counts for nothing
     assert chosen == TWO_INSTANCES
     assert verdict == {
-        TWO_INSTANCES: search.CHOSEN,
-        SIMPLE: search.SLOWER,
-        BIGGER_BATCH: search.OVER_BUDGET,
+        TWO_INSTANCES: config_search.CHOSEN,
+        SIMPLE: config_search.SLOWER,
+        BIGGER_BATCH: config_search.OVER_BUDGET,
     }
 
 
@@ -146,14 +146,14 @@ def test_no_candidate_within_the_budget_names_the_lowest_p99(tmp_path):
         },
     )
     with pytest.raises(SearchError, match=r"of 2 has .* budget of 50 ms") as raised:
-        search.choose(candidates, BUDGET, None)
+        config_search.choose(candidates, BUDGET, None)
     assert f"lowest p99 measured is 61.25 ms ({SIMPLE})" in str(raised.value)
     assert isinstance(raised.value, DeploybenchError)
 
 
 def test_an_empty_online_csv_fails_naming_the_candidate():
     with pytest.raises(SearchError, match=f"candidate {SIMPLE}: its online CSV has no points"):
-        search.score(search.parse_variant(SIMPLE, CPU), [], BUDGET, None)
+        config_search.score(config_search.parse_variant(SIMPLE, CPU), [], BUDGET, None)
 
 
 # ------------------------------------------------------------------------ the choice: floor
@@ -168,15 +168,15 @@ def test_a_candidate_under_the_floor_is_below_floor(tmp_path):
     candidates = scored(tmp_path, csvs, floor=120)
     chosen, verdict = pick(candidates, floor=120)
     assert chosen == TWO_INSTANCES
-    assert verdict[SIMPLE] == search.BELOW_FLOOR
-    assert verdict[BIGGER_BATCH] == search.OVER_BUDGET
+    assert verdict[SIMPLE] == config_search.BELOW_FLOOR
+    assert verdict[BIGGER_BATCH] == config_search.OVER_BUDGET
 
 
 def test_no_candidate_reaching_the_floor_fails_naming_the_most(tmp_path):
     csvs = {SIMPLE: [point(100, 20)], TWO_INSTANCES: [point(150, 30)], BIGGER_BATCH: [point(9, 70)]}
     candidates = scored(tmp_path, csvs, floor=1000)
     with pytest.raises(SearchError, match="min_throughput 1000 infer/s") as raised:
-        search.choose(candidates, BUDGET, 1000)
+        config_search.choose(candidates, BUDGET, 1000)
     assert f"the most is 150 ({TWO_INSTANCES})" in str(raised.value)
 
 
@@ -191,7 +191,7 @@ def test_faster_within_the_intervals_is_a_tie_and_the_simpler_wins(tmp_path):
     }
     chosen, verdict = pick(scored(tmp_path, csvs))
     assert chosen == SIMPLE
-    assert verdict == {SIMPLE: search.CHOSEN, TWO_INSTANCES: search.TIE}
+    assert verdict == {SIMPLE: config_search.CHOSEN, TWO_INSTANCES: config_search.TIE}
 
 
 def test_faster_beyond_the_intervals_wins_even_if_more_complex(tmp_path):
@@ -202,7 +202,7 @@ def test_faster_beyond_the_intervals_wins_even_if_more_complex(tmp_path):
     }
     chosen, verdict = pick(scored(tmp_path, csvs))
     assert chosen == TWO_INSTANCES
-    assert verdict == {TWO_INSTANCES: search.CHOSEN, SIMPLE: search.SLOWER}
+    assert verdict == {TWO_INSTANCES: config_search.CHOSEN, SIMPLE: config_search.SLOWER}
 
 
 @pytest.mark.parametrize(
@@ -225,7 +225,7 @@ def test_ties_go_to_fewer_instances_then_threads_then_max_batch_then_delay(
     csvs = {other: [point(103, 20, ci=4)], simpler: [point(100, 20, ci=4)]}
     chosen, verdict = pick(scored(tmp_path, csvs))
     assert chosen == simpler
-    assert verdict[other] == search.TIE
+    assert verdict[other] == config_search.TIE
 
 
 def test_one_trial_rows_never_beat_anything_so_the_simplest_wins(tmp_path):
@@ -237,10 +237,14 @@ def test_one_trial_rows_never_beat_anything_so_the_simplest_wins(tmp_path):
     candidates = scored(tmp_path, csvs)
     by_name = {c.name: c for c in candidates}
     assert math.isnan(by_name[TWO_INSTANCES].throughput.half_width)
-    assert not search.beats(by_name[TWO_INSTANCES], by_name[SIMPLE])
+    assert not config_search.beats(by_name[TWO_INSTANCES], by_name[SIMPLE])
     chosen, verdict = pick(candidates)
     assert chosen == SIMPLE
-    assert verdict == {SIMPLE: search.CHOSEN, TWO_INSTANCES: search.TIE, BIGGER_BATCH: search.TIE}
+    assert verdict == {
+        SIMPLE: config_search.CHOSEN,
+        TWO_INSTANCES: config_search.TIE,
+        BIGGER_BATCH: config_search.TIE,
+    }
 
 
 def test_one_trial_against_an_interval_is_not_significant_either(tmp_path):
@@ -251,8 +255,8 @@ def test_one_trial_against_an_interval_is_not_significant_either(tmp_path):
 def test_meeting_the_constraints_beats_missing_them_whatever_the_noise(tmp_path):
     csvs = {SIMPLE: [point(10, 20, ci=None)], TWO_INSTANCES: [point(1000, 90)]}
     simple, over = scored(tmp_path, csvs)
-    assert search.beats(simple, over) and not search.beats(over, simple)
-    assert not search.beats(over, over)  # two infeasible ones: neither beats
+    assert config_search.beats(simple, over) and not config_search.beats(over, simple)
+    assert not config_search.beats(over, over)  # two infeasible ones: neither beats
 
 
 # ------------------------------------------------------------------------ the invariant
@@ -285,9 +289,11 @@ def test_the_chosen_meets_the_budget_and_no_feasible_candidate_beats_it():
     for _ in range(400):
         variants = {v.name: v for v in (_random_variant(rng) for _ in range(rng.randint(1, 8)))}
         floor = rng.choice([None, None, 60.0])
-        candidates = [search.score(v, _random_rows(rng), BUDGET, floor) for v in variants.values()]
+        candidates = [
+            config_search.score(v, _random_rows(rng), BUDGET, floor) for v in variants.values()
+        ]
         try:
-            chosen = search.choose(candidates, BUDGET, floor)
+            chosen = config_search.choose(candidates, BUDGET, floor)
         except SearchError:
             failed += 1
             assert not any(c.feasible for c in candidates)
@@ -296,30 +302,32 @@ def test_the_chosen_meets_the_budget_and_no_feasible_candidate_beats_it():
         assert chosen.feasible and chosen.point is not None
         assert float(chosen.point["p99_latency_ms"]) <= BUDGET
         assert floor is None or chosen.throughput.mean >= floor
-        assert not any(search.beats(c, chosen) for c in candidates)
+        assert not any(config_search.beats(c, chosen) for c in candidates)
         # the simplest of those no one beats
         top = [
-            c for c in candidates if c.feasible and not any(search.beats(o, c) for o in candidates)
+            c
+            for c in candidates
+            if c.feasible and not any(config_search.beats(o, c) for o in candidates)
         ]
         assert chosen.variant.simplicity() == min(c.variant.simplicity() for c in top)
         # with the baseline: it stays unless beaten; else an unbeaten candidate that beats it
         base = rng.choice(candidates)
-        kept = search.choose(candidates, BUDGET, floor, base.name)
-        assert not any(search.beats(c, kept) for c in candidates)
-        unbeaten_beaters = [c for c in top if search.beats(c, base)]
+        kept = config_search.choose(candidates, BUDGET, floor, base.name)
+        assert not any(config_search.beats(c, kept) for c in candidates)
+        unbeaten_beaters = [c for c in top if config_search.beats(c, base)]
         if unbeaten_beaters:
             assert kept in unbeaten_beaters
             assert kept.variant.simplicity() == min(
                 c.variant.simplicity() for c in unbeaten_beaters
             )
         else:
-            assert kept is base and not any(search.beats(c, base) for c in candidates)
-        verdict = search.verdicts(candidates, chosen)
+            assert kept is base and not any(config_search.beats(c, base) for c in candidates)
+        verdict = config_search.verdicts(candidates, chosen)
         for c in candidates:
-            if verdict[c.name] == search.SLOWER:
-                assert any(search.beats(o, c) for o in candidates)
-            elif verdict[c.name] == search.TIE:
-                assert c.feasible and not any(search.beats(o, c) for o in candidates)
+            if verdict[c.name] == config_search.SLOWER:
+                assert any(config_search.beats(o, c) for o in candidates)
+            elif verdict[c.name] == config_search.TIE:
+                assert c.feasible and not any(config_search.beats(o, c) for o in candidates)
     assert chose > 100 and failed > 10  # both outcomes exercised
 
 
@@ -337,8 +345,8 @@ def test_the_chosen_meets_the_budget_and_no_feasible_candidate_beats_it():
 )
 def test_variant_names_round_trip(variant, device, name):
     assert variant.name == name
-    assert search.parse_variant(name, device) == variant
-    assert search.parse_variant(variant.name, device).name == name
+    assert config_search.parse_variant(name, device) == variant
+    assert config_search.parse_variant(variant.name, device).name == name
 
 
 @pytest.mark.parametrize(
@@ -363,14 +371,14 @@ def test_variant_names_round_trip(variant, device, name):
 )
 def test_bad_variant_names_fail_naming_the_value(name, device, message):
     with pytest.raises(ConfigError, match=message):
-        search.parse_variant(name, device)
+        config_search.parse_variant(name, device)
 
 
 def test_variant_of_csv_reads_the_folder_name(tmp_path):
     path = tmp_path / "search" / SIMPLE / "online.csv"
-    assert search.variant_of_csv(path, CPU).name == SIMPLE
+    assert config_search.variant_of_csv(path, CPU).name == SIMPLE
     with pytest.raises(ConfigError, match="'online' is not a variant name"):
-        search.variant_of_csv(tmp_path / "online" / "online.csv", CPU)
+        config_search.variant_of_csv(tmp_path / "online" / "online.csv", CPU)
 
 
 # ------------------------------------------------------------------------ settings
@@ -383,7 +391,9 @@ CPU_BASELINE = Variant(1, 64, (32, 64), 1, 1)
 def settings(axes: Mapping[str, Any], baseline: Variant = GPU_BASELINE, **more: Any):
     device = GPU if baseline.intra_op_threads is None else CPU
     given = {"strategy": "quick", "latency_budget_ms": BUDGET, "max_candidates": 50, **more}
-    return search.search_settings({**given, "axes": axes}, baseline, device, "models.tft.search")
+    return config_search.search_settings(
+        {**given, "axes": axes}, baseline, device, "models.tft.search"
+    )
 
 
 def test_the_baselines_value_is_always_on_each_axis():
@@ -434,8 +444,8 @@ def test_settings_survive_a_jobs_json_spec():
         CPU_BASELINE,
         min_throughput=10,
     )
-    spec = json.loads(json.dumps(search.settings_spec(resolved)))
-    assert search.settings_from_spec(spec) == resolved
+    spec = json.loads(json.dumps(config_search.settings_spec(resolved)))
+    assert config_search.settings_from_spec(spec) == resolved
 
 
 # ------------------------------------------------------------------------ the grid
@@ -562,32 +572,32 @@ def walk_settings(max_candidates: int = 20) -> SearchSettings:
 
 
 def measure(variant: Variant, throughput: Callable[[Variant], float]) -> Candidate:
-    return search.score(variant, [point(throughput(variant), 20, ci=2)], BUDGET, None)
+    return config_search.score(variant, [point(throughput(variant), 20, ci=2)], BUDGET, None)
 
 
 def walk(
     resolved: SearchSettings, throughput: Callable[[Variant], float]
-) -> tuple[list[list[str]], search.WalkState]:
+) -> tuple[list[list[str]], config_search.WalkState]:
     """Run the walk to its end as the workflow's steps do: measure what it asks, replay."""
     results: dict[str, Candidate] = {}
     asked: list[list[str]] = []
     for _ in range(50):
-        state = search.quick_walk(resolved, WALK_BASELINE, results)
+        state = config_search.quick_walk(resolved, WALK_BASELINE, results)
         if state.done:
             return asked, state
         asked.append(list(state.pending))
         for name in state.pending:
-            results[name] = measure(search.parse_variant(name, GPU), throughput)
+            results[name] = measure(config_search.parse_variant(name, GPU), throughput)
     raise AssertionError("the walk did not end")
 
 
 def test_the_walk_starts_with_the_baseline_then_its_neighbours():
     resolved = walk_settings()
-    first = search.quick_walk(resolved, WALK_BASELINE, {})
+    first = config_search.quick_walk(resolved, WALK_BASELINE, {})
     assert first.pending == (WALK_BASELINE.name,) and not first.done
     assert first.position == WALK_BASELINE.name
     results = {WALK_BASELINE.name: measure(WALK_BASELINE, lambda v: 100)}
-    second = search.quick_walk(resolved, WALK_BASELINE, results)
+    second = config_search.quick_walk(resolved, WALK_BASELINE, results)
     assert second.pending == ("i1-b1024-p512.1024-q1", "i4-b1024-p512.1024-q1")
     assert second.reason == "neighbours along model_instances"
     assert second.measured == (WALK_BASELINE.name,)
@@ -663,11 +673,13 @@ def test_the_walk_replays_the_same_from_the_same_results():
         return {1: 80, 2: 100, 4: 150, 8: 140}[v.model_instances] + v.max_queue_delay_us / 100
 
     _, end = walk(resolved, throughput)
-    results = {name: measure(search.parse_variant(name, GPU), throughput) for name in end.measured}
-    again = search.quick_walk(resolved, WALK_BASELINE, results)
+    results = {
+        name: measure(config_search.parse_variant(name, GPU), throughput) for name in end.measured
+    }
+    again = config_search.quick_walk(resolved, WALK_BASELINE, results)
     assert again == end
     shuffled = dict(sorted(results.items(), reverse=True))
-    replayed = search.quick_walk(resolved, WALK_BASELINE, shuffled)
+    replayed = config_search.quick_walk(resolved, WALK_BASELINE, shuffled)
     assert (replayed.pending, replayed.position, replayed.done, replayed.reason) == (
         end.pending,
         end.position,
@@ -680,15 +692,18 @@ def test_the_walk_replays_the_same_from_the_same_results():
 def test_an_over_budget_baseline_walks_to_a_neighbour_meeting_the_budget():
     resolved = walk_settings()
     results = {
-        WALK_BASELINE.name: search.score(WALK_BASELINE, [point(500, 90)], BUDGET, None),
-        "i1-b1024-p512.1024-q1": search.score(
-            search.parse_variant("i1-b1024-p512.1024-q1", GPU), [point(50, 20)], BUDGET, None
+        WALK_BASELINE.name: config_search.score(WALK_BASELINE, [point(500, 90)], BUDGET, None),
+        "i1-b1024-p512.1024-q1": config_search.score(
+            config_search.parse_variant("i1-b1024-p512.1024-q1", GPU), [point(50, 20)], BUDGET, None
         ),
-        "i4-b1024-p512.1024-q1": search.score(
-            search.parse_variant("i4-b1024-p512.1024-q1", GPU), [point(900, 95)], BUDGET, None
+        "i4-b1024-p512.1024-q1": config_search.score(
+            config_search.parse_variant("i4-b1024-p512.1024-q1", GPU),
+            [point(900, 95)],
+            BUDGET,
+            None,
         ),
     }
-    state = search.quick_walk(resolved, WALK_BASELINE, results)
+    state = config_search.quick_walk(resolved, WALK_BASELINE, results)
     assert state.position == "i1-b1024-p512.1024-q1"
     assert state.pending == ("i1-b1024-p512.1024-q100",)
 
@@ -706,8 +721,8 @@ def test_pareto_frontier():
         (100.0, 10.0),  # a duplicate dominates nothing: both stay
         (90.0, 10.0),  # as quick as (100, 10), less
     ]
-    assert search.pareto_frontier(points) == [True, True, False, False, True, True, False]
-    assert search.pareto_frontier([]) == []
+    assert config_search.pareto_frontier(points) == [True, True, False, False, True, True, False]
+    assert config_search.pareto_frontier([]) == []
 
 
 # ------------------------------------------------------------------------ the tables
@@ -722,18 +737,24 @@ def test_search_csv_rows_give_each_candidates_verdict_and_gain_over_the_baseline
     candidates = scored(tmp_path, csvs)
     baseline, chosen, over = candidates
     run = {"model": "tft", "gpu": CPU, "format": "onnx", "precision": "fp32", "path": "p"}
-    rows = {r["variant"]: r for r in search.candidate_rows(candidates, chosen, baseline, run)}
-    assert all(set(r) == set(search.SEARCH_COLUMNS) for r in rows.values())
+    rows = {
+        r["variant"]: r for r in config_search.candidate_rows(candidates, chosen, baseline, run)
+    }
+    assert all(set(r) == set(config_search.SEARCH_COLUMNS) for r in rows.values())
     best = rows[TWO_INSTANCES]
-    assert (best["chosen"], best["baseline"], best["verdict"]) == (True, False, search.CHOSEN)
+    assert (best["chosen"], best["baseline"], best["verdict"]) == (
+        True,
+        False,
+        config_search.CHOSEN,
+    )
     assert (best["concurrency"], best["throughput"], best["p99_latency_ms"]) == (4, 150, 30)
     assert best["model_instances"] == 2 and best["preferred_batch_sizes"] == "8 16"
     assert best["gain"] == pytest.approx(1.5) and best["gain_ci95"] > 0
     assert rows[SIMPLE]["baseline"] and rows[SIMPLE]["gain"] == pytest.approx(1.0)
     # over the budget: no point, its cells empty
-    assert rows[BIGGER_BATCH]["verdict"] == search.OVER_BUDGET
+    assert rows[BIGGER_BATCH]["verdict"] == config_search.OVER_BUDGET
     assert rows[BIGGER_BATCH]["throughput"] is None and rows[BIGGER_BATCH]["gain"] is None
-    record = search.choice_record(settings({}, CPU_BASELINE), chosen, baseline, run, 3)
+    record = config_search.choice_record(settings({}, CPU_BASELINE), chosen, baseline, run, 3)
     assert record["variant"] == TWO_INSTANCES and record["gain"]["significant"] is True
     assert not over.feasible
 
@@ -743,8 +764,8 @@ def test_point_rows_mark_the_budget_and_the_frontier():
         SIMPLE: [point(100, 20), point(300, 80, concurrency=16)],
         TWO_INSTANCES: [point(90, 25)],
     }
-    rows = search.point_rows(measured, TWO_INSTANCES, SIMPLE, BUDGET)
-    assert all(set(r) == set(search.POINT_COLUMNS) for r in rows)
+    rows = config_search.point_rows(measured, TWO_INSTANCES, SIMPLE, BUDGET)
+    assert all(set(r) == set(config_search.POINT_COLUMNS) for r in rows)
     assert [r["in_budget"] for r in rows] == [True, False, True]
     assert [r["frontier"] for r in rows] == [True, True, False]
     assert [(r["baseline"], r["chosen"]) for r in rows] == [(True, False)] * 2 + [(False, True)]
@@ -762,8 +783,8 @@ def test_the_baseline_stays_unless_a_candidate_beats_it(tmp_path):
             tied: [point(262.6, 29.3, 32.5, 4, 5)],
         },
     )
-    assert search.choose(candidates, BUDGET, None).name == tied  # simplest unbeaten
-    chosen = search.choose(candidates, BUDGET, None, base)
+    assert config_search.choose(candidates, BUDGET, None).name == tied  # simplest unbeaten
+    chosen = config_search.choose(candidates, BUDGET, None, base)
     assert chosen.name == fast
     baseline = next(c for c in candidates if c.name == base)
     assert change(baseline.throughput, chosen.throughput).significant
@@ -773,7 +794,7 @@ def test_the_baseline_stays_unless_a_candidate_beats_it(tmp_path):
         tmp_path / "level",
         {base: [point(237.3, 28.1, 29.5, 4, 5)], simpler: [point(240.0, 28.0, 30.0, 4, 5)]},
     )
-    assert search.choose(level, BUDGET, None, base).name == base
+    assert config_search.choose(level, BUDGET, None, base).name == base
 
 
 # ------------------------------------------------------------------------ the energy objective
@@ -808,8 +829,12 @@ def by_energy(
     out = []
     for name, rows in csvs.items():
         path = write_online(root, name, rows)
-        variant = search.variant_of_csv(path, CPU)
-        out.append(search.score(variant, search.read_points(path), budget, floor, search.ENERGY))
+        variant = config_search.variant_of_csv(path, CPU)
+        out.append(
+            config_search.score(
+                variant, config_search.read_points(path), budget, floor, config_search.ENERGY
+            )
+        )
     return out
 
 
@@ -834,17 +859,17 @@ def test_the_energy_objective_picks_the_least_energy_within_the_budget(tmp_path)
     assert by_name[SIMPLE].energy.mean == 0.50 and by_name[SIMPLE].throughput.mean == 100
     best = by_name[TWO_INSTANCES]
     assert best.energy.mean == 0.20 and best.point is not None and best.point["concurrency"] == 1
-    assert best.value == best.energy and best.objective == search.ENERGY
+    assert best.value == best.energy and best.objective == config_search.ENERGY
     chosen, verdict = pick(candidates)
     assert chosen == TWO_INSTANCES
     assert verdict == {
-        TWO_INSTANCES: search.CHOSEN,
-        SIMPLE: search.MORE_ENERGY,
-        BIGGER_BATCH: search.MORE_ENERGY,
-        LONGER_DELAY: search.OVER_BUDGET,
+        TWO_INSTANCES: config_search.CHOSEN,
+        SIMPLE: config_search.MORE_ENERGY,
+        BIGGER_BATCH: config_search.MORE_ENERGY,
+        LONGER_DELAY: config_search.OVER_BUDGET,
     }
     # against the baseline, the choice stands only if it beats it
-    assert search.choose(candidates, BUDGET, None, SIMPLE).name == TWO_INSTANCES
+    assert config_search.choose(candidates, BUDGET, None, SIMPLE).name == TWO_INSTANCES
 
 
 def test_less_energy_within_the_intervals_is_a_tie_and_the_simpler_wins(tmp_path):
@@ -855,12 +880,12 @@ def test_less_energy_within_the_intervals_is_a_tie_and_the_simpler_wins(tmp_path
     }
     chosen, verdict = pick(by_energy(tmp_path, csvs))
     assert chosen == SIMPLE
-    assert verdict == {SIMPLE: search.CHOSEN, TWO_INSTANCES: search.TIE}
+    assert verdict == {SIMPLE: config_search.CHOSEN, TWO_INSTANCES: config_search.TIE}
     # beyond them (0.06 > 0.057) the more complex one wins, however much slower
     csvs = {SIMPLE: [joules(300, 20, 0.50, 0.04)], TWO_INSTANCES: [joules(100, 20, 0.44, 0.04)]}
     chosen, verdict = pick(by_energy(tmp_path / "apart", csvs))
     assert chosen == TWO_INSTANCES
-    assert verdict == {TWO_INSTANCES: search.CHOSEN, SIMPLE: search.MORE_ENERGY}
+    assert verdict == {TWO_INSTANCES: config_search.CHOSEN, SIMPLE: config_search.MORE_ENERGY}
 
 
 def test_one_trial_energy_never_beats_anything(tmp_path):
@@ -881,9 +906,9 @@ def test_the_energy_objective_keeps_the_floor_and_the_budget(tmp_path):
     candidates = {c.name: c for c in by_energy(tmp_path, csvs, floor=100)}
     assert candidates[SIMPLE].feasible and candidates[SIMPLE].energy.mean == 0.3
     below = candidates[TWO_INSTANCES]
-    assert not below.feasible and below.verdict_if_infeasible == search.BELOW_FLOOR
-    assert search.beats(candidates[SIMPLE], below)
-    assert search.choose(list(candidates.values()), BUDGET, 100).name == SIMPLE
+    assert not below.feasible and below.verdict_if_infeasible == config_search.BELOW_FLOOR
+    assert config_search.beats(candidates[SIMPLE], below)
+    assert config_search.choose(list(candidates.values()), BUDGET, 100).name == SIMPLE
 
 
 def test_no_energy_measured_fails_naming_the_candidate_and_why(tmp_path):
@@ -898,7 +923,9 @@ def test_no_energy_measured_fails_naming_the_candidate_and_why(tmp_path):
     # a perf CSV from before energy was measured: no such columns at all
     old = [point(100, 20)]
     with pytest.raises(SearchError, match="no energy_status: a perf CSV from before energy"):
-        search.score(search.parse_variant(SIMPLE, CPU), old, BUDGET, None, search.ENERGY)
+        config_search.score(
+            config_search.parse_variant(SIMPLE, CPU), old, BUDGET, None, config_search.ENERGY
+        )
     # a point over the budget needs none: it is not compared
     (over,) = by_energy(tmp_path / "over", {SIMPLE: [joules(100, 20, 0.5), joules(9, 90, None)]})
     assert over.feasible and over.energy.mean == 0.5
@@ -911,9 +938,9 @@ def test_candidates_scored_by_different_objectives_do_not_compare(tmp_path):
     (energy,) = by_energy(tmp_path / "e", {SIMPLE: [joules(100, 20, 0.5)]})
     (throughput,) = scored(tmp_path / "t", {SIMPLE: [joules(100, 20, 0.5)]})
     with pytest.raises(ValueError, match="different objectives"):
-        search.beats(energy, throughput)
+        config_search.beats(energy, throughput)
     with pytest.raises(ValueError, match="objective 'watts'; valid choices: throughput, energy"):
-        search.score(energy.variant, [joules(100, 20, 0.5)], BUDGET, None, "watts")
+        config_search.score(energy.variant, [joules(100, 20, 0.5)], BUDGET, None, "watts")
 
 
 def test_the_walk_follows_less_energy_under_the_energy_objective():
@@ -921,27 +948,27 @@ def test_the_walk_follows_less_energy_under_the_energy_objective():
     def measure_energy(variant: Variant) -> Candidate:
         energy = {1: 0.9, 2: 0.6, 4: 0.3, 8: 0.31}[variant.model_instances]
         row = joules(100 * variant.model_instances, 20, energy, 0.01)
-        return search.score(variant, [row], BUDGET, None, search.ENERGY)
+        return config_search.score(variant, [row], BUDGET, None, config_search.ENERGY)
 
     resolved = walk_settings()
     results: dict[str, Candidate] = {}
     for _ in range(50):
-        state = search.quick_walk(resolved, WALK_BASELINE, results)
+        state = config_search.quick_walk(resolved, WALK_BASELINE, results)
         if state.done:
             break
-        results |= {n: measure_energy(search.parse_variant(n, GPU)) for n in state.pending}
+        results |= {n: measure_energy(config_search.parse_variant(n, GPU)) for n in state.pending}
     assert state.done and state.position == "i4-b1024-p512.1024-q1"
 
 
 def test_the_objective_setting_is_checked_and_survives_a_jobs_json_spec():
-    assert settings({}).objective == search.THROUGHPUT
+    assert settings({}).objective == config_search.THROUGHPUT
     resolved = settings({"model_instances": [1]}, objective="energy")
-    assert resolved.objective == search.ENERGY
-    spec = json.loads(json.dumps(search.settings_spec(resolved)))
-    assert search.settings_from_spec(spec) == resolved
+    assert resolved.objective == config_search.ENERGY
+    spec = json.loads(json.dumps(config_search.settings_spec(resolved)))
+    assert config_search.settings_from_spec(spec) == resolved
     # a settings.json written before the objective was a setting
     del spec["objective"]
-    assert search.settings_from_spec(spec).objective == search.THROUGHPUT
+    assert config_search.settings_from_spec(spec).objective == config_search.THROUGHPUT
     with pytest.raises(ConfigError, match="search.objective: unknown objective 'power'; valid"):
         settings({}, objective="power")
 
@@ -958,9 +985,11 @@ def _energy_search_config(meter: str) -> dict[str, Any]:
 
 def test_an_energy_search_of_a_run_without_a_meter_fails_when_planned():
     planned = plan_search(_energy_search_config("rapl"), "tft", "cpu", "onnx", "fp32")
-    assert planned.settings.objective == search.ENERGY
-    assert planned.spec()["settings"]["objective"] == search.ENERGY
-    with pytest.raises(ConfigError, match=r"tft/cpu/onnx/fp32: search.objective energy needs"):
+    assert planned.settings.objective == config_search.ENERGY
+    assert planned.spec()["settings"]["objective"] == config_search.ENERGY
+    with pytest.raises(
+        ConfigError, match=r"tft/cpu/onnx/fp32: search.objective energy needs"
+    ):
         plan_search(_energy_search_config("none"), "tft", "cpu", "onnx", "fp32")
 
 
@@ -974,7 +1003,7 @@ def test_the_energy_front_marks_more_throughput_for_less_energy():
         (300.0, nan),  # not measured: on none, and hides nothing
         (nan, 0.1),
     ]
-    assert search.pareto_frontier(points) == [False, True, False, True, False, False]
+    assert config_search.pareto_frontier(points) == [False, True, False, True, False, False]
 
 
 def test_point_rows_mark_the_energy_front_and_leave_it_empty_without_energy(tmp_path):
@@ -985,11 +1014,11 @@ def test_point_rows_mark_the_energy_front_and_leave_it_empty_without_energy(tmp_
     }
     # as the choice job reads them back from the online CSVs
     measured = {
-        name: search.read_points(write_online(tmp_path, name, rows))
+        name: config_search.read_points(write_online(tmp_path, name, rows))
         for name, rows in measured.items()
     }
-    rows = search.point_rows(measured, BIGGER_BATCH, SIMPLE, BUDGET)
-    assert all(set(r) == set(search.POINT_COLUMNS) for r in rows)
+    rows = config_search.point_rows(measured, BIGGER_BATCH, SIMPLE, BUDGET)
+    assert all(set(r) == set(config_search.POINT_COLUMNS) for r in rows)
     assert [r["energy_frontier"] for r in rows] == [False, True, False, None, True]
     assert [r["frontier"] for r in rows] == [True, True, False, True, True]
     assert [r["energy_per_inference_j"] for r in rows] == [0.30, 0.50, 0.35, None, 0.20]
@@ -1005,24 +1034,26 @@ def test_the_choice_records_the_objective_and_the_energy_gain(tmp_path):
     }
     candidates = by_energy(tmp_path, csvs)
     baseline = candidates[0]
-    chosen = search.choose(candidates, BUDGET, None, baseline.name)
+    chosen = config_search.choose(candidates, BUDGET, None, baseline.name)
     run = {"model": "tft", "gpu": CPU, "format": "onnx", "precision": "fp32", "path": "p"}
-    rows = {r["variant"]: r for r in search.candidate_rows(candidates, chosen, baseline, run)}
-    assert all(set(r) == set(search.SEARCH_COLUMNS) for r in rows.values())
+    rows = {
+        r["variant"]: r for r in config_search.candidate_rows(candidates, chosen, baseline, run)
+    }
+    assert all(set(r) == set(config_search.SEARCH_COLUMNS) for r in rows.values())
     best = rows[TWO_INSTANCES]
-    assert best["verdict"] == search.CHOSEN and best["energy_per_inference_j"] == 0.25
+    assert best["verdict"] == config_search.CHOSEN and best["energy_per_inference_j"] == 0.25
     assert best["energy_per_inference_j_ci95"] == 0.01 and best["energy_status"] == "nvml"
     # the gain is the objective's: twice the inferences per joule of the baseline
     assert best["gain"] == pytest.approx(2.0) and best["gain_ci95"] > 0
     assert rows[BIGGER_BATCH]["energy_per_inference_j"] is None  # over the budget
     resolved = settings({}, CPU_BASELINE, objective="energy")
-    record = search.choice_record(resolved, chosen, baseline, run, 3)
-    assert record["objective"] == search.ENERGY
+    record = config_search.choice_record(resolved, chosen, baseline, run, 3)
+    assert record["objective"] == config_search.ENERGY
     assert record["energy_per_inference_j"] == {"mean": 0.25, "ci95": 0.01}
     assert record["gain"]["of"] == "inferences per joule"
     assert record["gain"]["ratio"] == pytest.approx(2.0) and record["gain"]["significant"]
     # the throughput objective's record says so, its energy empty where not measured
     (fast,) = scored(tmp_path / "t", {SIMPLE: [point(100, 20)]})
-    record = search.choice_record(settings({}, CPU_BASELINE), fast, fast, run, 1)
-    assert record["objective"] == search.THROUGHPUT and record["gain"]["of"] == "throughput"
+    record = config_search.choice_record(settings({}, CPU_BASELINE), fast, fast, run, 1)
+    assert record["objective"] == config_search.THROUGHPUT and record["gain"]["of"] == "throughput"
     assert record["energy_per_inference_j"] == {"mean": None, "ci95": None}

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from deploybench import search
+from deploybench import config_search
 from deploybench.models import load_family
 from deploybench.server import TritonServer
 from deploybench.triton_client import infer_triton
@@ -45,9 +45,9 @@ def copy_run(smoke_run: Path, into: Path) -> Path:
 def scored(workdir: Path, names, budget_ms):
     """Each candidate scored again from its own online.csv, as the choice scores it."""
     return {
-        name: search.score(
-            search.parse_variant(name, "cpu"),
-            search.read_points(workdir / RUN / "search" / name / "online.csv"),
+        name: config_search.score(
+            config_search.parse_variant(name, "cpu"),
+            config_search.read_points(workdir / RUN / "search" / name / "online.csv"),
             budget_ms,
             None,
         )
@@ -65,9 +65,9 @@ def check_choice(workdir: Path, budget_ms: float) -> pd.DataFrame:
     candidates = scored(workdir, table["variant"], budget_ms)
     assert candidates[chosen].feasible and candidates[chosen].p99.mean <= budget_ms
     for name, candidate in candidates.items():
-        assert not search.beats(candidate, candidates[chosen]), (name, chosen)
+        assert not config_search.beats(candidate, candidates[chosen]), (name, chosen)
     row = table.set_index("variant").loc[chosen]
-    assert row["verdict"] == search.CHOSEN
+    assert row["verdict"] == config_search.CHOSEN
     assert row["throughput"] == pytest.approx(candidates[chosen].throughput.mean)
 
     choice = json.loads((workdir / RUN / "best" / "choice.json").read_text())
@@ -77,14 +77,18 @@ def check_choice(workdir: Path, budget_ms: float) -> pd.DataFrame:
     best = workdir / RUN / "best"
     served = read_config(best / "config.pbtxt")
     assert served == read_config(workdir / RUN / "search" / chosen / "repository/tft/config.pbtxt")
-    assert served.instance_group[0].count == search.parse_variant(chosen, "cpu").model_instances
+    assert (
+        served.instance_group[0].count == config_search.parse_variant(chosen, "cpu").model_instances
+    )
     assert (best / "repository" / "tft" / "config.pbtxt").read_text() == (
         best / "config.pbtxt"
     ).read_text()
 
     points = pd.read_csv(workdir / RUN / "search" / "points.csv")
     assert set(points["variant"]) == set(table["variant"])
-    frontier = search.pareto_frontier(list(zip(points["throughput"], points["p99_latency_ms"])))
+    frontier = config_search.pareto_frontier(
+        list(zip(points["throughput"], points["p99_latency_ms"]))
+    )
     assert list(points["frontier"]) == frontier
     for ext in ("svg", "png", "html"):
         assert (workdir / RUN / "search" / f"pareto.{ext}").stat().st_size > 1000
@@ -96,7 +100,7 @@ def test_the_grid_search_chooses_within_the_budget_and_best_serves(smoke_run, tm
     assert set(table["variant"]) == GRID
     # each candidate was served as its name says
     for name in GRID:
-        variant = search.parse_variant(name, "cpu")
+        variant = config_search.parse_variant(name, "cpu")
         config = read_config(smoke_run / RUN / "search" / name / "repository/tft/config.pbtxt")
         assert config.instance_group[0].count == variant.model_instances
         assert config.dynamic_batching.max_queue_delay_microseconds == variant.max_queue_delay_us
@@ -139,7 +143,7 @@ def test_a_quick_search_walks_from_the_baseline_reusing_the_grid(smoke_run, tmp_
     assert log.count("rule search_online:") == len(new)
     # the grid lacks the threads axis' value 2: the walk stepped along that axis from where it
     # stood, the baseline or a grid candidate that beat it (which one, the measurements say)
-    walked = [search.parse_variant(name, "cpu") for name in measured if name not in GRID]
+    walked = [config_search.parse_variant(name, "cpu") for name in measured if name not in GRID]
     assert walked and all(variant.intra_op_threads == 2 for variant in walked)
     stepped_from = walked[0].with_value("intra_op_threads", 1).name
     assert stepped_from in measured[: measured.index(walked[0].name)]

@@ -185,7 +185,7 @@ def test_the_provenance_holds_the_servers_environment_as_its_process_has_it(tmp_
     tests/test_plan.py), the variables that decide how it computes, no other, and the TF32 state
     they make. (A job-side test: no planning here, tests/test_python310.py runs it on 3.10.)"""
     from deploybench import provenance
-    from deploybench.serving_plan import TF32_MATMUL_ENV
+    from deploybench.planning.serving_plan import TF32_MATMUL_ENV
 
     planned = dict(TF32_MATMUL_ENV)  # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1
     fake = tmp_path / "tritonserver"
@@ -241,7 +241,7 @@ def test_a_jobs_server_record_holds_its_environment(tmp_path):
     """What the accuracy and perf jobs write as `tritonserver` in their provenance (and each
     attempt's): the real server's metadata and its process's environment."""
     from deploybench.jobs.measure import ready_server, served_by
-    from deploybench.serving_plan import TF32_MATMUL_ENV
+    from deploybench.planning.serving_plan import TF32_MATMUL_ENV
 
     repo = make_repository(tmp_path)
     with ready_server(
@@ -262,7 +262,8 @@ def test_a_jobs_server_record_holds_its_environment(tmp_path):
 JOB_IN_WINDOW = """
 import contextlib, sys, time
 from pathlib import Path
-from deploybench import repository, server
+from deploybench import server
+from deploybench import model_repository
 from deploybench.jobs.measure import ready_server
 from deploybench.server import graceful_signals
 
@@ -276,7 +277,7 @@ if window == "readiness":
 
     server.TritonServer._wait_ready = announced_wait
 else:
-    lock = repository.engine_build_lock
+    lock = model_repository.engine_build_lock
 
     @contextlib.contextmanager
     def pausing_lock(path):
@@ -285,7 +286,7 @@ else:
         print("IN WINDOW", flush=True)
         time.sleep(60)
 
-    repository.engine_build_lock = pausing_lock
+    model_repository.engine_build_lock = pausing_lock
 with graceful_signals(), ready_server(repo, server_log, {"shutdown_timeout_s": 5}):
     print("SERVING", flush=True)
 """

@@ -25,9 +25,9 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from deploybench import plan as dbplan
-from deploybench.export_plan import plan_model
-from deploybench.schedule import parse_slurm_time
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning.export_plan import plan_model
+from deploybench.planning.schedule import parse_slurm_time
 from tests.conftest import (
     BIN,
     REPO,

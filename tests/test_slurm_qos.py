@@ -1,4 +1,4 @@
-"""A QOS's MaxWall caps a job's time as the partition's MaxTime does (deploybench/schedule.py):
+"""A QOS's MaxWall caps a job's time as the partition's MaxTime does (deploybench/planning/schedule.py):
 SLURM leaves a job over it pending for ever (QOSMaxWallDurationPerJobLimit). The MaxWall is read
 with sacctmgr, here from a real slurmdbd over a real MariaDB started for this module
 (tests/slurm_accounting.py), and a run that asks for more is refused while the DAG is built,
@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploybench import plan as dbplan
-from deploybench import schedule
 from deploybench.errors import ConfigError
-from deploybench.schedule import (
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning import schedule
+from deploybench.planning.schedule import (
     TimeLimit,
     check_time_limits,
     cluster_time_limits,

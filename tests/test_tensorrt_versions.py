@@ -18,12 +18,12 @@ import pytest
 
 from deploybench import convert as cv
 from deploybench import jobs, preflight, tools
-from deploybench import plan as dbplan
 from deploybench import trt_version as trt
-from deploybench.config import containers_on
 from deploybench.errors import ConfigError, EngineVersionMismatch
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning.preflight_plan import plan_preflight
+from deploybench.planning.workflow_config import containers_on
 from deploybench.preflight.tensorrt import check_tensorrt_version, check_trtexec
-from deploybench.preflight_plan import plan_preflight
 from deploybench.tensors import TensorSpec
 from tests.conftest import base_config, planned_jobs, run_snakemake, validated, write_config
 

@@ -21,11 +21,11 @@ import pytest
 import torch
 from tritonclient.grpc import model_config_pb2
 
-from deploybench import plan as dbplan
 from deploybench.accuracy import compare_outputs
 from deploybench.convert import SERVED_TYPES, torchscript_fp16
 from deploybench.export import prepare_model
 from deploybench.models import load_family
+from deploybench.planning import run_plan as dbplan
 from tests.conftest import (
     base_config,
     planned_jobs,

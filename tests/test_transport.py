@@ -17,11 +17,11 @@ import pytest
 from snakemake_interface_common.exceptions import WorkflowError
 
 from deploybench import jobs, perf, triton_client
-from deploybench import plan as dbplan
 from deploybench.columns import CSV_COLUMNS, TRIAL_COLUMNS
-from deploybench.config import ConfigError, check_sizings, load_yaml
 from deploybench.instruments import TritonCounter
 from deploybench.jobs import measure as measure_jobs
+from deploybench.planning import run_plan as dbplan
+from deploybench.planning.workflow_config import ConfigError, check_sizings, load_yaml
 from deploybench.transport import Transport, of_spec, planned
 from tests.conftest import REPO, base_config, seed_models, smoke_config, validated
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from deploybench import accuracy, perf
-from deploybench.backends import PLATFORMS
 from deploybench.errors import PerfError
 from deploybench.instruments import NOT_MEASURED, NOT_READ
-from deploybench.repository import build_repository, model_config
+from deploybench.model_repository import build_repository, model_config
+from deploybench.planning.backends import PLATFORMS
 from deploybench.tensors import TENSOR_TYPES, TensorSpec
 from deploybench.transport import Transport
 from deploybench.triton_config import to_pbtxt

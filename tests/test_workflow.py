@@ -12,9 +12,9 @@ import yaml
 from deploybench import provenance, stats
 from deploybench.checkpoint import write_seeded_checkpoint
 from deploybench.columns import INTERVAL_COLUMNS, TRIAL_COLUMNS
-from deploybench.config import deep_merge
 from deploybench.models import load_family
 from deploybench.perf import COLUMNS
+from deploybench.planning.workflow_config import deep_merge
 from tests.conftest import (
     REPO,
     SMOKE,

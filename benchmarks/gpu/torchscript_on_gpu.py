@@ -155,10 +155,10 @@ def measure_model(config: dict[str, Any], model: str, gpu: str, args: Any, tmp: 
     import torch
 
     from deploybench.accuracy import compare_outputs
-    from deploybench.config import resolve
     from deploybench.convert import SERVED_TYPES, torchscript_fp16
     from deploybench.export import prepare_model
     from deploybench.models import CHECKPOINT_FILES, framework_of
+    from deploybench.planning.workflow_config import resolve
 
     fmt = next(f for f in config["models"][model]["formats"] if f.startswith("ts-"))
     runs = {p: resolve(config, model, gpu, fmt, p) for p in ("fp32", "fp16")}
@@ -321,7 +321,7 @@ def main() -> int:
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
 
-    from deploybench.config import deep_merge, load_yaml
+    from deploybench.planning.workflow_config import deep_merge, load_yaml
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: this benchmark runs on a GPU machine", file=sys.stderr)

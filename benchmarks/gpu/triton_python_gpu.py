@@ -7,7 +7,7 @@ TorchScript artifact on CUDA. Run on a lent GPU machine (benchmarks/gpu/README.m
 
 Per precision, with the workflow's own functions: the seeded checkpoint, the artifact
 (``ts-trace`` fp32 exported on the CPU as the export job does; fp16 made on the GPU as the
-convert job does), the repository (``repository.model_config`` from ``plan.serving`` of the
+convert job does), the repository (``model_repository.model_config`` from ``plan.serving`` of the
 entry's run, ``build_repository``), a ready server (``jobs.measure.ready_server``), then:
 
 * the served model's config as Triton reports it (instance kind, data types);
@@ -103,13 +103,13 @@ def measure(args: argparse.Namespace, precision: str, tmp: Path) -> dict[str, An
     import torch
 
     from deploybench.accuracy import compare_outputs
-    from deploybench.config import load_yaml, resolve
     from deploybench.convert import SERVED_TYPES, torchscript_fp16
     from deploybench.export import prepare_model
     from deploybench.jobs.measure import ready_server
+    from deploybench.model_repository import build_repository, model_config
     from deploybench.models import CHECKPOINT_FILES, framework_of
-    from deploybench.repository import build_repository, model_config
-    from deploybench.serving_plan import serving
+    from deploybench.planning.serving_plan import serving
+    from deploybench.planning.workflow_config import load_yaml, resolve
     from deploybench.triton_config import to_pbtxt
 
     config = load_yaml(REPO / "config" / "config.yaml")

@@ -1,6 +1,6 @@
 """One function per workflow step, and the entry point every rule's script calls.
 
-A rule passes its job one spec (``params: spec=``, from :mod:`deploybench.plan`) and names its
+A rule passes its job one spec (``params: spec=``, from :mod:`deploybench.planning.run_plan`) and names its
 files; :func:`run_rule` calls the rule's job (:data:`JOBS`) with the spec and, by name, the
 files and the workflow config its signature takes. So each setting is named once in the plan and
 once in the job that reads it, and each file once in its rule and once in its job.
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
+from ..import_paths import confine_to_image
 from ..process import stop_with_snakemake
-from ..searchpaths import confine_to_image
 from .build import convert, export, make_checkpoint, repository
 from .measure import accuracy, merge_parts, perf, preflight
 from .pages import plots, report

@@ -15,7 +15,7 @@ from ..io import write_json
 from ..models import load_family
 
 if TYPE_CHECKING:
-    from ..job_specs import (
+    from ..planning.job_specs import (
         CheckpointSpec,
         ConvertSpec,
         ExportSpec,
@@ -144,7 +144,7 @@ def repository(
     also serves a model per batch: of ``batch_artifacts`` (trt: an engine each, in the specs'
     order), else of ``artifact`` (onnx-trt: each with its own profile and engine cache)."""
     from ..convert import artifact_inputs
-    from ..repository import (
+    from ..model_repository import (
         batch_engine_cache,
         build_repository,
         engine_cache_dir,

@@ -19,7 +19,7 @@ from ..io import write_csv, write_json
 from ..models import load_family
 
 if TYPE_CHECKING:
-    from ..job_specs import (
+    from ..planning.job_specs import (
         AccuracySpec,
         PerfSpec,
     )
@@ -32,8 +32,8 @@ log = logging.getLogger("deploybench")
 def ready_server(repo: str, server_log: str, server_settings: dict[str, Any]) -> Iterator[Any]:
     """A ready server of ``repo``. Where its models build a TensorRT engine while they load
     (onnx-trt), their engine cache is made and held while it starts (one build per run; see
-    deploybench.repository.engine_build_lock)."""
-    from ..repository import engine_build_lock
+    deploybench.model_repository.engine_build_lock)."""
+    from ..model_repository import engine_build_lock
     from ..server import TritonServer
 
     server = TritonServer(
@@ -617,7 +617,7 @@ def merge_parts(
     provenance: str,
 ) -> None:
     """A scenario measured in parts: its CSVs and provenance from the parts' (in order)."""
-    from ..parts import merge
+    from ..planning.parts import merge
 
     merge(
         part_csvs=part_csvs,

@@ -11,7 +11,7 @@ from ..io import write_text
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..job_specs import (
+    from ..planning.job_specs import (
         PlotsSpec,
         ReportSpec,
     )
@@ -80,7 +80,7 @@ def report(
     import pandas as pd
 
     from .. import plots as charts
-    from ..plan import plan_run
+    from ..planning.run_plan import plan_run
     from ..report import between_runs_section, chart_image, read_json, render_html, run_section
     from ..report_published import (
         publication_gate,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..io import write_csv, write_json, write_text
 
 if TYPE_CHECKING:
-    from ..job_specs import (
+    from ..planning.job_specs import (
         SearchSpec,
     )
 
@@ -19,7 +19,7 @@ log = logging.getLogger("deploybench")
 def _scored(spec: SearchSpec, candidates: list[str]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The search's settings, and each candidate (by name) scored by its objective and as
     measured (with the energy objective, a candidate without energy measured fails here)."""
-    from ..search import read_points, score, settings_from_spec, variant_of_csv
+    from ..config_search import read_points, score, settings_from_spec, variant_of_csv
 
     settings = settings_from_spec(spec["settings"])
     device = spec["run"]["device"]
@@ -47,7 +47,7 @@ def search_step(
 ) -> None:
     """One step of the quick walk: replayed over every candidate measured so far, it says what
     to measure next, or that the walk is done."""
-    from ..search import parse_variant, quick_walk
+    from ..config_search import parse_variant, quick_walk
 
     settings, scored, _ = _scored(spec, candidates)
     walk = quick_walk(settings, parse_variant(spec["baseline"], spec["run"]["device"]), scored)
@@ -67,14 +67,13 @@ def search_choice(
     pbtxt: str,
     best: str,
 ) -> None:
-    """The search's choice (deploybench.search.choose, by the settings' objective) over every
+    """The search's choice (deploybench.config_search.choose, by the settings' objective) over every
     measured candidate: search.csv, the points of the Pareto chart (both fronts marked), and
     best/ (the chosen repository, its config.pbtxt, and choice.json with the gain over the
     baseline)."""
     import shutil
 
-    from ..io import atomic_path
-    from ..search import (
+    from ..config_search import (
         POINT_COLUMNS,
         SEARCH_COLUMNS,
         candidate_rows,
@@ -82,6 +81,7 @@ def search_choice(
         choose,
         point_rows,
     )
+    from ..io import atomic_path
 
     settings, scored, measured = _scored(spec, candidates)
     run = spec["run"]

@@ -1,5 +1,5 @@
 """What a preflight job is given and what each check reports: the spec
-(:func:`deploybench.preflight_plan.plan_preflight` makes it), a check's result and status, the
+(:func:`deploybench.planning.preflight_plan.plan_preflight` makes it), a check's result and status, the
 checks' names in order, and the fixes several checks share."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class PreflightSpec(TypedDict):
     # the models whose jobs build their network in this image: name -> {module, hparams}
     models: dict[str, dict[str, Any]]
     slurm: dict[str, Any]  # gpus.<g>.slurm, for the fixes
-    # how the runs on this GPU read energy (plan.energy_settings: meter, nvml_library, ...)
+    # how the runs on this GPU read energy (run_plan.energy_settings: meter, nvml_library, ...)
     energy: NotRequired[dict[str, Any]]
     server: dict[str, Any]  # config `server`: startup_timeout_s, shutdown_timeout_s
 

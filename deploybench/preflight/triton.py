@@ -104,7 +104,7 @@ def write_tiny_repository(
     """A repository of identity models: the python backend's on KIND_CPU, and on KIND_GPU the
     python backend's plus one per backend in ``gpu_backends`` that can be written here. Returns
     the models and, per backend left out, why."""
-    from ..backends import PLATFORMS
+    from ..planning.backends import PLATFORMS
     from ..tensors import TensorSpec
     from ..triton_config import build_model_config, to_pbtxt
 

@@ -2,7 +2,7 @@
 values the plans hold them in.
 
 A spec is plain, JSON-able data (dicts, lists, scalars) holding only what its step reads
-(:mod:`deploybench.plan` makes them); a job reads its spec and nothing else of the config.
+(:mod:`deploybench.planning.run_plan` makes them); a job reads its spec and nothing else of the config.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ class ServingSpec(TypedDict):
     gpu_accelerators: NotRequired[list[dict[str, Any]]]
     # onnx-trt: ONNX Runtime builds the TensorRT engine while the model loads (one profile over
     # Triton's batches; opt_batch and dynamic `shapes` from models.<m>.convert.tensorrt), cached
-    # beside the repository (deploybench.repository.tensorrt_engine_build); a per-batch
-    # engine's (deploybench.engines.batch_serving) also has min_batch
+    # beside the repository (deploybench.model_repository.tensorrt_engine_build); a per-batch
+    # engine's (deploybench.planning.engines.batch_serving) also has min_batch
     engine_build: NotRequired[dict[str, Any]]
     # the python backend on a GPU (`gpus.<g>.serving: python`): the entry, named in its errors
     entry: NotRequired[str]
@@ -79,7 +79,7 @@ class RepositorySpec(TypedDict):
     # An artifact holding TensorRT engines (trt, tf-trt): the serving image, its TensorRT and
     # the image that built them; the step refuses one built by another (trt_version.check_run)
     tensorrt: NotRequired[dict[str, str]]
-    # engines: per_batch (deploybench.engines): the models beside the run's own, one per offline
+    # engines: per_batch (deploybench.planning.engines): the models beside the run's own, one per offline
     # batch size, in order: {"name", "batch", "triton", "serving"}; their artifacts (trt) are
     # the rule's batch_artifacts, in the same order
     batch_models: NotRequired[list[dict[str, Any]]]
@@ -100,10 +100,10 @@ class RunInfo(TypedDict):
     dataset: str | None
     max_batch_size: int
     model_instances: int
-    # a serving-configuration search's candidate (deploybench.search.Variant.name)
+    # a serving-configuration search's candidate (deploybench.config_search.Variant.name)
     variant: NotRequired[str]
     # a run with TensorRT engines (trt, onnx-trt): their layout, shared | per_batch, and the
-    # batches with an engine of their own (per_batch; deploybench.engines)
+    # batches with an engine of their own (per_batch; deploybench.planning.engines)
     engines: NotRequired[str]
     engine_batches: NotRequired[list[int]]
 
@@ -129,7 +129,7 @@ class PerfSpec(TypedDict):
     # how perf_analyzer reaches the server: protocol and shared memory used, the configured
     # ones and why they differ (deploybench.transport.planned)
     transport: dict[str, Any]
-    # how its trials read energy (plan.energy_settings): meter, sample_ms, settle_s, idle_s,
+    # how its trials read energy (run_plan.energy_settings): meter, sample_ms, settle_s, idle_s,
     # idle_windows, max_slowdown_fraction, nvml_library
     energy: dict[str, Any]
     # the task's data set (accuracy.task.path), where one is configured: a family may draw its
@@ -174,7 +174,7 @@ class ReportSpec(TypedDict):
 
 class SearchSpec(TypedDict):
     """What the search's jobs (the quick walk's steps, the choice) read: the run, the baseline
-    and the settings (deploybench.search.settings_spec)."""
+    and the settings (deploybench.config_search.settings_spec)."""
 
     run: RunInfo
     baseline: str

@@ -10,7 +10,7 @@ A GPU entry with ``serving: python`` is served the same way with ``KIND_GPU`` in
 runtime on the instance's GPU (deploybench/triton_model.py), its tensors typed as served.
 The config is Triton's own ``ModelConfig`` protobuf, written as text (``triton_config``). How a
 run is served (backend, platform, accelerators) is decided by
-:func:`deploybench.serving_plan.serving`; this module writes what it is given.
+:func:`deploybench.planning.serving_plan.serving`; this module writes what it is given.
 
 ONNX Runtime's TensorRT accelerator (onnx-trt) builds its engine inside the server, not in a
 convert step: the config gives it one optimisation profile over the batches Triton sends, an
@@ -18,7 +18,7 @@ engine cache beside the repository (:func:`engine_cache_dir`, kept across the se
 run and emptied when the repository is rebuilt) and a ``model_warmup`` sample at the largest
 batch, so the engine is built (or read from the cache) while the model loads and every
 measurement starts on it (:func:`tensorrt_engine_build`). With ``engines: per_batch``
-(deploybench.engines) the repository also holds one model per offline batch size, each with its
+(deploybench.planning.engines) the repository also holds one model per offline batch size, each with its
 engine (trt) or its own profile and cache folder (onnx-trt, :func:`batch_engine_cache`).
 """
 
@@ -150,7 +150,7 @@ def tensorrt_engine_build(
     the sample as max_batch_size requests of one in one execute (core
     src/backend_model_instance.cc, GenerateWarmupData and WarmUp), which the ONNX Runtime
     backend runs as one batch (src/onnxruntime.cc ProcessRequests: total_batch_size).
-    ``build['min_batch']`` (an engine of one batch, deploybench.engines.batch_serving: min = opt
+    ``build['min_batch']`` (an engine of one batch, deploybench.planning.engines.batch_serving: min = opt
     = max = max_batch_size) raises the profile's smallest batch.
     """
     settings = {

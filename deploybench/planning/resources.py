@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import deep_merge
-from .errors import ConfigError
+from ..errors import ConfigError
+from .workflow_config import deep_merge
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A job in a container keeps only Snakemake from the driver's environment (deploybench.searchpaths).
+"""A job in a container keeps only Snakemake from the driver's environment (deploybench.import_paths).
 
 The chain under the stand-in image (tests/test_containers.py) shows the leak it closes: without
 it, the job found pytriton through Snakemake's search paths and ran the driver's tritonserver.
@@ -35,7 +35,7 @@ def _job(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     code = (
         f"import sys; sys.path.append({str(site)!r})\n"
         "import snakemake, yte\n"  # what the preamble's unpickling loads
-        "from deploybench.searchpaths import confine_to_image\n"
+        "from deploybench.import_paths import confine_to_image\n"
         f"{body}\n"
     )
     return subprocess.run(

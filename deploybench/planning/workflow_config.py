@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
-from .gpus import images_for_gpu
+from ..errors import ConfigError
+from ..gpus import images_for_gpu
 
 
 def _choose(kind: str, value: str, valid: list[str] | dict[str, Any], context: str = "") -> None:

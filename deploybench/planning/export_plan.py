@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import check_path
-from .errors import ConfigError
-from .gpus import image_chain
+from ..errors import ConfigError
+from ..gpus import image_chain
+from ..models import CHECKPOINT_FILES, framework_of
 from .job_specs import CheckpointSpec, ExportSpec, ModelIdentity, frozen, plain
-from .models import CHECKPOINT_FILES, framework_of
 from .resources import runtime_minutes
+from .workflow_config import check_path
 
 MODEL_STEPS = ("prepare_checkpoint", "export")
 # What defines the network: the checkpoint job and every job that rebuilds the module read it.

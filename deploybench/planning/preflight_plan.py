@@ -7,14 +7,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import all_runs, containers_on
-from .convert import Profile, tensorrt_command
-from .errors import ConfigError
-from .gpus import check_gpu_runs_image
+from ..convert import Profile, tensorrt_command
+from ..errors import ConfigError
+from ..gpus import check_gpu_runs_image
+from ..models import framework_of
+from ..preflight.spec import PreflightSpec
 from .job_specs import plain
-from .models import framework_of
-from .plan import plan_run
-from .preflight.spec import PreflightSpec
+from .run_plan import plan_run
+from .workflow_config import all_runs, containers_on
 
 
 def plan_preflight(

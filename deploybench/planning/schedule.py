@@ -7,7 +7,7 @@ its members. So, on a GPU with a `max_runtime`:
 
 - a scenario's points are measured in parts, each a job of its own that fits (as many points
   as fit, spread evenly over as few parts as that needs), merged into the scenario's CSVs by a
-  local job (deploybench.parts);
+  local job (deploybench.planning.parts);
 - the run's group job takes its jobs in order (convert, repository, accuracy, then the
   measurements) while their sum fits; the others are submitted alone, each within the limit.
 
@@ -22,7 +22,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # The group job of a run (its jobs share one allocation and wait in the queue once).
 RUN_GROUP = "run"

@@ -43,17 +43,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import model_settings, published_ran, reference_format, reference_model
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..tails import TENSORS_RECORDED_FROM
 from .serving_plan import container_free
-from .tails import TENSORS_RECORDED_FROM
+from .workflow_config import model_settings, published_ran, reference_format, reference_model
 
 MIB = 2**20  # SLURM reads --mem (the executor plugin's mem_mb) in MiB
 COPIED_ON_APPEND_FROM = (2, 52)  # r24.11: RecordData owns its bytes; the append copies them
 # NGC release 24.04 shipped tritonclient 2.45.0; one minor a month since (see above)
 _RELEASE_ANCHOR = ((24, 4), (2, 45))
 _SDK_TAG = re.compile(r":(\d{2})\.(\d{2})-py3-sdk$")
-PUBLISHED = Path(__file__).resolve().parent.parent / "config" / "reference" / "published.csv"
+# the source tree: deploybench/planning/ is two levels below it
+PUBLISHED = Path(__file__).resolve().parents[2] / "config" / "reference" / "published.csv"
 
 
 def sdk_tritonclient(sdk: str | None) -> tuple[int, int] | None:
@@ -108,7 +109,7 @@ def measurement_mem_mb(
     retry's step, within the duration cap), or r x 1 s (a window lasts a second at least),
     whichever is the most. Both are perf.MeasureSettings.requests_held, the count the profile
     export's budget takes too."""
-    from .perf import MeasureSettings  # numpy: imported where a measurement job is planned
+    from ..perf import MeasureSettings  # numpy: imported where a measurement job is planned
 
     settings = MeasureSettings(**measure)
     warm_up = max(1, settings.warmup_factor)
@@ -149,7 +150,7 @@ def published_rates(
     """The published inferences/s of ``plan``'s (a RunPlan's) ``scenario`` by (batch,
     concurrency), a row that names no batch at the batch the plan measures it with
     (``RunPlan.batch_at``, as the report joins it), and those of its model by scenario, on any
-    GPU, format and precision (the rows config.reference_run reproduces with this model
+    GPU, format and precision (the rows workflow_config.reference_run reproduces with this model
     entry)."""
     model, gpu, fmt, precision = plan.path.split("/")
     own: dict[tuple[int, int], float] = {}
@@ -214,7 +215,7 @@ def plan_measurement_mem_mb(
         loads.append((batch, float(rate)))
     memory = config.get("measurement_memory") or {}
     if container_free(config["gpus"][plan.gpu]):
-        from .provenance import perf_analyzer_version
+        from ..provenance import perf_analyzer_version
 
         tritonclient = tritonclient_of(perf_analyzer_version())
     else:

@@ -1,4 +1,4 @@
-"""A scenario measured in parts (deploybench.schedule) becomes the scenario's own files: the
+"""A scenario measured in parts (deploybench.planning.schedule) becomes the scenario's own files: the
 rows of its CSVs in the parts' order, and one provenance record that keeps each part's.
 
 Standard library only: the merge runs where Snakemake runs (a login node's driver venv).
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .io import sha256_of, write_csv, write_json
+from ..errors import ConfigError
+from ..io import sha256_of, write_csv, write_json
 
 
 def read_rows(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Run
-from .convert import CONVERTERS
+from ..convert import CONVERTERS
+from ..errors import ConfigError
 from .engines import EngineLayout, converter_settings, plan_layout
-from .errors import ConfigError
 from .job_specs import ServingSpec, frozen, plain
+from .workflow_config import Run
 
 # Per converter: settings that have a default (anything else under `convert.<converter>` in the
 # config is required or optional as the schema says). TensorRT's batch defaults come from Triton.
@@ -43,7 +43,7 @@ def conversion_of(run: Run) -> Conversion | None:
 
 def engine_layout(run: Run, conversion: Conversion | None, how: ServingSpec) -> EngineLayout | None:
     """How the run's TensorRT engines are laid out over its batches
-    (`models.<m>.convert.tensorrt.engines`; deploybench.engines): a run converted by trtexec
+    (`models.<m>.convert.tensorrt.engines`; deploybench.planning.engines): a run converted by trtexec
     (trt) or whose ONNX Runtime builds the engine while the model loads (onnx-trt); None for the
     others, which have no such engine."""
     converted = conversion is not None and conversion.converter == "tensorrt"

@@ -1,7 +1,7 @@
 """One plan per run: everything the workflow decides about a run, decided once.
 
 A ``{model}/{gpu}/{format}/{precision}`` run is resolved against the config
-(:mod:`deploybench.config`) and planned here: how its artifact is made (export, conversion and
+(:mod:`deploybench.planning.workflow_config`) and planned here: how its artifact is made (export, conversion and
 the converter's settings), how it is served (backend, platform, accelerators), what is measured
 (accuracy, the offline points and the online grid, the measurement settings), what identifies it
 in results, and what its GPU jobs ask the executor for. Every choice is made while the DAG is
@@ -14,11 +14,11 @@ Snakemake's params trigger reruns exactly the steps whose settings changed (the 
 reruns ``online`` only). A new dimension of a run is added here and in the job that uses it.
 
 This module holds the run's plan (:class:`RunPlan`, :func:`plan_run`) and what is measured; each
-concern it draws on has a module of its own: the spec types (:mod:`deploybench.job_specs`), the
-model and its exports (:mod:`deploybench.export_plan`), the conversion
-(:mod:`deploybench.conversion_plan`), the serving (:mod:`deploybench.serving_plan`), what the jobs
-ask the cluster for (:mod:`deploybench.resources`), and the plans made from run plans: the
-search's (:mod:`deploybench.search_plan`) and the preflight's (:mod:`deploybench.preflight_plan`).
+concern it draws on has a module of its own: the spec types (:mod:`deploybench.planning.job_specs`), the
+model and its exports (:mod:`deploybench.planning.export_plan`), the conversion
+(:mod:`deploybench.planning.conversion_plan`), the serving (:mod:`deploybench.planning.serving_plan`), what the jobs
+ask the cluster for (:mod:`deploybench.planning.resources`), and the plans made from run plans: the
+search's (:mod:`deploybench.planning.config_search_plan`) and the preflight's (:mod:`deploybench.planning.preflight_plan`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .config import Run, online_grid, resolve
+from ..convert import FROM_CHECKPOINT
+from ..errors import ConfigError
+from ..transport import planned as planned_transport
+from ..trt_version import check_run as check_tensorrt
 from .conversion_plan import Conversion, conversion_of, engine_layout
-from .convert import FROM_CHECKPOINT
 from .engines import EngineLayout, batch_serving, batch_settings, batch_triton, convert_job
 from .engines import model_name as batch_model_name
-from .errors import ConfigError
 from .export_plan import ExportPlan, plan_export
 from .job_specs import (
     AccuracySpec,
@@ -56,8 +57,7 @@ from .schedule import (
     split_points,
 )
 from .serving_plan import container_free, server_environment, server_settings, serving
-from .transport import planned as planned_transport
-from .trt_version import check_run as check_tensorrt
+from .workflow_config import Run, online_grid, resolve
 
 SCENARIOS = ("offline", "online")
 RUN_STEPS = ("convert", "repository", "accuracy", *SCENARIOS)
@@ -107,7 +107,7 @@ class RunPlan:
     # RUN_STEPS -> time limit on a cluster (minutes); a scenario's: one of its measurement jobs
     runtime: Mapping[str, int]
     # The partition's MaxTime (`gpus.<gpu>.slurm.max_runtime`); None: no limit. With one, the
-    # scenarios are measured in parts (deploybench.schedule), one job each, then merged.
+    # scenarios are measured in parts (deploybench.planning.schedule), one job each, then merged.
     max_runtime: int | None
     parts: Mapping[str, int]  # scenario -> its measurement jobs (1 without max_runtime)
     # a job ("convert", "offline", or a part "online.1") -> its group job (None: alone)
@@ -115,7 +115,7 @@ class RunPlan:
     # engines built in the framework image and loaded in the triton image (trt, tf-trt): the
     # serving image and the TensorRT both record (trt_version.check_run); None: no such engine
     tensorrt: Mapping[str, str] | None = None
-    # how its TensorRT engines are laid out over its batches (trt, onnx-trt; deploybench.engines);
+    # how its TensorRT engines are laid out over its batches (trt, onnx-trt; deploybench.planning.engines);
     # None: the run has none
     engines: EngineLayout | None = None
     # role (framework | triton) -> the image that runs its jobs (the newest that drives its GPU)
@@ -387,7 +387,7 @@ def offline_points(run: Run) -> list[dict[str, int]]:
 
 
 def online_points(run: Run) -> list[dict[str, int]]:
-    """Dynamic batching over the concurrency sweep (config.online_grid: DLE's with ``auto``)."""
+    """Dynamic batching over the concurrency sweep (workflow_config.online_grid: DLE's with ``auto``)."""
     batch, concurrency = online_grid(run)
     return [{"batch": batch, "concurrency": c} for c in concurrency]
 

@@ -1,5 +1,5 @@
 """A run's serving-configuration search: its settings, baseline and sweep, and each candidate as a
-run plan of its own (:mod:`deploybench.search` holds the search's logic)."""
+run plan of its own (:mod:`deploybench.config_search` holds the search's logic)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .config import resolve
-from .engines import SHARED as SHARED_ENGINES
-from .errors import ConfigError
-from .job_specs import SearchSpec, frozen, plain
-from .plan import RunPlan, plan_run
-from .resources import runtime_minutes
-from .schedule import check_fits
-from .search import (
+from ..config_search import (
     ENERGY,
     SearchSettings,
     Variant,
@@ -23,6 +16,13 @@ from .search import (
     search_settings,
     settings_spec,
 )
+from ..errors import ConfigError
+from .engines import SHARED as SHARED_ENGINES
+from .job_specs import SearchSpec, frozen, plain
+from .resources import runtime_minutes
+from .run_plan import RunPlan, plan_run
+from .schedule import check_fits
+from .workflow_config import resolve
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..convert import FP16_IO, SERVED_TYPES
+from ..errors import ConfigError
+from ..io import MIB
 from .backends import PLATFORMS
-from .config import Run
-from .convert import FP16_IO, SERVED_TYPES
 from .engines import ACCELERATOR_WORKSPACE
-from .errors import ConfigError
-from .io import MIB
 from .job_specs import ServingSpec
+from .workflow_config import Run
 
 # Which converter's settings (`models.<m>.convert.<name>`) size a backend's TensorRT accelerator.
 ACCELERATOR_SETTINGS = {"onnxruntime": "tensorrt", "tensorflow": "tf-trt"}
