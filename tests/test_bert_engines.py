@@ -493,7 +493,9 @@ def test_offline_measures_each_batch_on_its_own_model_online_on_the_shared(tmp_p
             server_log=str(tmp_path / "server.log"),
             perf_log=str(tmp_path / "perf.log"),
         )
-        measured[scenario] = {(c["point"].batch, c["model_name"]) for c in calls}
+        measured[scenario] = {
+            (c["point"].batch, c["measurement"].served_model(c["point"])) for c in calls
+        }
         recorded = json.loads(Path(out["json"]).read_text())["config"]
         assert recorded["engines"] == "per_batch" and recorded["engine_batches"] == list(BATCHES)
         if scenario == "offline":
