@@ -3,7 +3,7 @@
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup driver demo test test-under-load lint bench clean locks
+.PHONY: setup driver demo test test-fast test-under-load lint bench clean locks
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ locks: setup
 test: setup lint
 	bash envs/test-packages.sh
 	$(VENV)/bin/pytest -ra --durations=25
+
+# The inner loop: the unit tests, no real process started (under 3 minutes; docs/tests.md)
+test-fast: setup
+	$(VENV)/bin/pytest -q -m "not e2e and not slow and not rehearsal" --durations=10
 
 # `make test` with LOAD (default 1) CPU-burning processes beside it, as when another job shares
 # the machine (tests/load.py; docs/tests.md#under-load). The system python3: no venv yet.

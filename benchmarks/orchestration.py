@@ -7,10 +7,14 @@ Side by side in one run, each the median of ``--repeat`` calls:
 * **full matrix**: a dry run, in an empty working directory, of every model x every configured
   GPU x its formats x precisions, with plots and one report page per model over all GPUs
   (goal <= 5 s);
+* **scaling** (``--clones K [K ...]``): the same dry run with every GPU entry cloned K times
+  (``A100`` and ``A100_c2`` ... ``A100_cK``, the same settings), so the DAG grows K-fold; each
+  size's seconds per 1,000 jobs, and the ratio of the largest size's to the smallest's (a
+  linear DAG: within 1.2, and under 3 s per 1,000 jobs);
 * **no-op**: ``snakemake all cpu report`` in a working directory where they are complete: it
   must schedule 0 jobs (goal <= 5 s). The size of that DAG is counted with ``--forceall -n``.
 
-    .venv/bin/python benchmarks/orchestration.py --complete DIR [--repeat 3]
+    .venv/bin/python benchmarks/orchestration.py [--complete DIR] [--repeat 3] [--clones 1 4 8]
 
 DIR is a working directory where ``snakemake all cpu report`` has finished (``make demo`` and
 ``snakemake cpu report`` in the source tree, or a copy of the tests' smoke run after
@@ -58,10 +62,41 @@ def median_run(repeat: int, workdir: Path, *args: str, **kw: Path) -> tuple[floa
     return statistics.median(s for s, _ in runs), runs[-1][1]
 
 
+PER_THOUSAND_GOAL_S = 3.0  # seconds per 1,000 jobs of a dry run, at every size
+LINEAR_GOAL = 1.2  # the largest size's seconds per job over the smallest's, at most
+
+
+def cloned(config: dict, clones: int) -> dict:
+    """An overlay: every GPU entry of ``config`` ``clones`` times (the copies named
+    ``<gpu>_c<i>``), and the ``all`` report set over every one of them."""
+    gpus = {
+        f"{name}_c{i}": settings
+        for name, settings in config["gpus"].items()
+        for i in range(2, clones + 1)
+    }
+    every = sorted([*config["gpus"], *gpus])
+    return {"gpus": gpus, "report": {"sets": {"all": {"gpus": every}}}}
+
+
+def matrix_run(root: Path, config: dict, clones: int, repeat: int) -> tuple[float, int]:
+    """The median seconds and the jobs of a dry run of ``report`` over the cloned matrix."""
+    workdir = root / f"matrix_x{clones}"
+    (workdir / "config").mkdir(parents=True)
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    overlay = workdir / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump(cloned(config, clones)))
+    # --configfile takes several values: the targets go before it
+    seconds, out = median_run(repeat, workdir, "-n", "report", "--configfile", str(overlay))
+    return seconds, planned(out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--complete", type=Path, help="a workdir where `all cpu report` is done")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--clones", type=int, nargs="+", default=[1], help="matrix sizes: each GPU entry K times"
+    )
     args = parser.parse_args()
 
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -71,32 +106,34 @@ def main() -> int:
         bare_dir.mkdir()
         (bare_dir / "Snakefile").write_text(BARE)
         bare, _ = median_run(args.repeat, bare_dir, "-n", snakefile=bare_dir / "Snakefile")
-
-        matrix_dir = root / "matrix"
-        (matrix_dir / "config").mkdir(parents=True)
-        (matrix_dir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
-        overlay = matrix_dir / "every_gpu.yaml"
-        overlay.write_text(
-            yaml.safe_dump({"report": {"sets": {"all": {"gpus": sorted(config["gpus"])}}}})
-        )
-        # --configfile takes several values: the targets go before it
-        matrix, out = median_run(
-            args.repeat, matrix_dir, "-n", "report", "--configfile", str(overlay)
-        )
-        matrix_jobs = planned(out)
+        sizes = {k: matrix_run(root, config, k, args.repeat) for k in sorted(set(args.clones))}
 
     version = subprocess.run(
         [SNAKEMAKE, "--version"], capture_output=True, text=True, check=True
     ).stdout.strip()
     print(f"snakemake {version}, medians of {args.repeat}")
-    print("| measurement | jobs | seconds | / goal (5 s) | / bare Snakemake |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    print(f"| bare Snakemake dry run (1 rule) | 1 | {bare:.2f} | {bare / GOAL_S:.2f} | 1.00 |")
-    print(
-        f"| full matrix dry run ({len(config['models'])} models x {len(config['gpus'])} gpus) "
-        f"| {matrix_jobs} | {matrix:.2f} | {matrix / GOAL_S:.2f} | {matrix / bare:.2f} |"
-    )
-    failed = matrix > GOAL_S
+    print("| measurement | jobs | seconds | s / 1,000 jobs | / goal (5 s) | / bare Snakemake |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| bare Snakemake dry run (1 rule) | 1 | {bare:.2f} | | {bare / GOAL_S:.2f} | 1.00 |")
+    failed = False
+    for k, (seconds, jobs) in sizes.items():
+        gpus = len(config["gpus"]) * k
+        print(
+            f"| full matrix dry run ({len(config['models'])} models x {gpus} gpus) | {jobs} "
+            f"| {seconds:.2f} | {seconds / jobs * 1000:.2f} | {seconds / GOAL_S:.2f} "
+            f"| {seconds / bare:.2f} |"
+        )
+        failed |= seconds / jobs * 1000 > PER_THOUSAND_GOAL_S
+    if 1 in sizes:
+        failed |= sizes[1][0] > GOAL_S
+    if len(sizes) > 1:
+        (s_small, j_small), (s_large, j_large) = sizes[min(sizes)], sizes[max(sizes)]
+        ratio = (s_large / j_large) / (s_small / j_small)
+        print(
+            f"\nseconds per job at {j_large} jobs over that at {j_small}: {ratio:.2f} "
+            f"(linear: <= {LINEAR_GOAL})"
+        )
+        failed |= ratio > LINEAR_GOAL
     if args.complete:
         targets = ("all", "cpu", "report")
         _, out = snakemake(args.complete, "-n", "--forceall", *targets)
@@ -105,7 +142,7 @@ def main() -> int:
         scheduled = planned(out)
         print(
             f"| no-op run after a complete run ({dag_jobs} jobs in its DAG) | {scheduled} "
-            f"| {noop:.2f} | {noop / GOAL_S:.2f} | {noop / bare:.2f} |"
+            f"| {noop:.2f} | | {noop / GOAL_S:.2f} | {noop / bare:.2f} |"
         )
         failed |= noop > GOAL_S or scheduled != 0
     return 1 if failed else 0

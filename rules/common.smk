@@ -272,7 +272,9 @@ RUN_TARGET = re.compile(r"^results/([^/]+)/([^/]+)/([^/]+)/([^/]+)/")
 
 @functools.cache
 def _preflight_plan(gpu, image):
-    return dbpreflight.plan_preflight(config, gpu, image, image_role_imports())
+    return dbpreflight.plan_preflight(
+        config, gpu, image, image_role_imports(), runs=_runs(), plan=_run_plan
+    )
 
 
 def preflight_spec(wildcards):
@@ -563,9 +565,15 @@ def measurement_mem_mb(wildcards):
     inputs perf_analyzer keeps over its longest window, plus a baseline
     (deploybench/planning/measurement_memory.py); more than the node's fails here."""
     part = int(wildcards.part) if hasattr(wildcards, "part") else None
-    return dbmemory.plan_measurement_mem_mb(
-        config, plan_of(wildcards), wildcards.scenario, part
-    )
+    w = wildcards
+    return _measurement_mem_mb(w.model, w.gpu, w.format, w.precision, w.scenario, part)
+
+
+@functools.cache
+def _measurement_mem_mb(model, gpu, fmt, precision, scenario, part):
+    # Snakemake evaluates a job's resources more than once: the published table is read once
+    plan = _run_plan(model, gpu, fmt, precision)
+    return dbmemory.plan_measurement_mem_mb(config, plan, scenario, part)
 
 
 # --- Plots and reports ---------------------------------------------------------------------

@@ -22,6 +22,31 @@ from packaging.utils import canonicalize_name
 
 from tests.dle_fixtures import tft_reference_checkpoint, write_tft_train_checkpoint
 
+# The modules whose tests start real processes (tritonserver, perf_analyzer, Snakemake, a SLURM
+# cluster, stand-in images, pip) or build real networks: marked `slow`, so that `make
+# test-fast` (`-m "not e2e and not slow and not rehearsal"`) runs the rest in under 3 minutes.
+# Where the time goes: docs/tests.md.
+SLOW_MODULES = frozenset(
+    {
+        "test_bert", "test_bert_engines", "test_browser", "test_checkpoint", "test_containers",
+        "test_gpus", "test_nnunet", "test_published_ratios", "test_schedule", "test_compare", "test_cuda_driver",
+        "test_driver", "test_energy_node", "test_fp16_accuracy", "test_gpu_engines",
+        "test_gpu_kit", "test_image_post", "test_image_versions", "test_import_paths",
+        "test_load", "test_locks", "test_measurement_memory", "test_model_contracts",
+        "test_non_finite", "test_numpy2_stub", "test_perf_inputs", "test_pip_gpu",
+        "test_preflight", "test_process", "test_published", "test_python310", "test_resnet50",
+        "test_server", "test_slurm", "test_slurm_qos", "test_tails_run",
+        "test_tensorrt_versions", "test_torchscript_on_gpu", "test_triton_metrics",
+    }
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 REPO = Path(__file__).resolve().parent.parent
 # The stand-in apptainer's builds reach PyPI only (tests/standin_image.py), never NGC's
 # registry, which this machine cannot reach: that is what the build's network check asks for.
