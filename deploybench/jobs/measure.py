@@ -396,6 +396,60 @@ def accuracy(
     )
 
 
+def _perf_example(spec: PerfSpec, family: Any) -> tuple[Any, str]:
+    """The one example perf_analyzer sends and where it came from: DLE's own input files
+    (``perf.input_data``), or the family's, made as the seed page's perf data was
+    (Family.perf_inputs)."""
+    from ..perf_inputs import read_input_files
+
+    if spec.get("input_data"):
+        sample = read_input_files(Path(spec["input_data"]), family.inputs)
+        return sample, f"{spec['input_data']}: raw input files (perf.input_data)"
+    dataset = spec.get("dataset_path")
+    return family.perf_inputs(seed=0, dataset=dataset), family.perf_input_source(
+        seed=0, dataset=dataset
+    )
+
+
+def _scenario_record(
+    spec: PerfSpec,
+    energy: dict[str, Any],
+    sample: Any,
+    input_source: str,
+    attempts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """What the scenario's provenance says of how its rows were measured (``config``)."""
+    from ..perf_inputs import inputs_digest, raw_sha256
+
+    config: dict[str, Any] = {
+        "scenario": spec["scenario"],
+        "points": spec["points"],
+        "measure": spec["measure"],
+        "transport": spec["transport"],
+        # how energy was read: the settings, the meter (GPU UUID, power limit, clocks,
+        # persistence, driver) or why not, and the idle baseline
+        "energy": energy,
+        # what the rows were measured with: the weights (None: seeded) and the example sent
+        "checkpoint": spec["model"].get("checkpoint"),
+        "server_environment": spec["server"].get("environment") or {},
+        "inputs": {
+            "source": input_source,
+            "sha256": inputs_digest(sample),
+            "files": spec.get("input_data"),
+            # each input's bytes, as DLE's raw files hold them: what
+            # models.<m>.published_needs.input_sha256 pins (deploybench.report_published)
+            "raw_sha256": raw_sha256(sample),
+        },
+        **spec["run"],
+    }
+    if spec.get("batch_models"):  # the model each batch was measured on
+        config["batch_models"] = spec["batch_models"]
+    # the job's attempts: one, or those a stop cut short, each with the trials it measured
+    # (the trials CSV's `attempt`) and the server that answered them
+    config["attempts"] = attempts
+    return config
+
+
 def perf(
     spec: PerfSpec,
     *,
@@ -425,7 +479,7 @@ def perf(
         shared_memory_guard,
         summarize,
     )
-    from ..perf_inputs import inputs_digest, raw_sha256, read_input_files, write_input_data
+    from ..perf_inputs import write_input_data
     from ..server import graceful_signals, held_signals
     from ..tails import records_tensors
     from ..transport import of_spec
@@ -460,14 +514,7 @@ def perf(
     )
     with tempfile.TemporaryDirectory(prefix="deploybench-") as tmp:
         input_data = Path(tmp) / "data.json"
-        # one example, made as the seed page's perf data was (Family.perf_inputs)
-        # DLE's own input files (perf.input_data), or the family's
-        if spec.get("input_data"):
-            sample = read_input_files(Path(spec["input_data"]), family.inputs)
-            input_source = f"{spec['input_data']}: raw input files (perf.input_data)"
-        else:
-            sample = family.perf_inputs(seed=0, dataset=spec.get("dataset_path"))
-            input_source = family.perf_input_source(seed=0, dataset=spec.get("dataset_path"))
+        sample, input_source = _perf_example(spec, family)
         progress.say("%s: starting tritonserver (%s) …", label, repository)
         with (
             graceful_signals(),
@@ -576,32 +623,7 @@ def perf(
         f"{len(unstable)} unstable ({'; '.join(unstable)})" if unstable else "all stable",
         csv,
     )
-    config = {
-        "scenario": scenario,
-        "points": spec["points"],
-        "measure": spec["measure"],
-        "transport": spec["transport"],
-        # how energy was read: the settings, the meter (GPU UUID, power limit, clocks,
-        # persistence, driver) or why not, and the idle baseline
-        "energy": energy.record,
-        # what the rows were measured with: the weights (None: seeded) and the example sent
-        "checkpoint": spec["model"].get("checkpoint"),
-        "server_environment": spec["server"].get("environment") or {},
-        "inputs": {
-            "source": input_source,
-            "sha256": inputs_digest(sample),
-            "files": spec.get("input_data"),
-            # each input's bytes, as DLE's raw files hold them: what
-            # models.<m>.published_needs.input_sha256 pins (deploybench.report_published)
-            "raw_sha256": raw_sha256(sample),
-        },
-        **run,
-    }
-    if spec.get("batch_models"):  # the model each batch was measured on
-        config["batch_models"] = spec["batch_models"]
-    # the job's attempts: one, or those a stop cut short, each with the trials it measured
-    # (the trials CSV's `attempt`) and the server that answered them
-    config["attempts"] = partial.attempts()
+    config = _scenario_record(spec, energy.record, sample, input_source, partial.attempts())
     write_json(provenance, sidecar.collect(csv, config, tritonserver=server_info))
     partial.remove()
 
