@@ -987,9 +987,7 @@ def test_an_energy_search_of_a_run_without_a_meter_fails_when_planned():
     planned = plan_search(_energy_search_config("rapl"), "tft", "cpu", "onnx", "fp32")
     assert planned.settings.objective == config_search.ENERGY
     assert planned.spec()["settings"]["objective"] == config_search.ENERGY
-    with pytest.raises(
-        ConfigError, match=r"tft/cpu/onnx/fp32: search.objective energy needs"
-    ):
+    with pytest.raises(ConfigError, match=r"tft/cpu/onnx/fp32: search.objective energy needs"):
         plan_search(_energy_search_config("none"), "tft", "cpu", "onnx", "fp32")
 
 
