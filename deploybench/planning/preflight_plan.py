@@ -57,7 +57,7 @@ def plan_preflight(
     roles = used[image]
     role = "triton" if "triton" in roles else "framework"
     # the frameworks whose CUDA this image's jobs use: not the Triton image's TensorFlow, whose
-    # accuracy reference plans on the CPU (CPU_REFERENCE_FRAMEWORKS)
+    # accuracy reference runs on the CPU (CPU_REFERENCE_FRAMEWORKS)
     frameworks: set[str] = set()
     for r in plans:
         if r.containers.get(role) != image:
@@ -111,7 +111,7 @@ def plan_preflight(
 
 # The module whose CUDA a framework's jobs use.
 FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow"}
-# Frameworks whose accuracy reference plans on the CPU in the Triton image, whatever the run's
+# Frameworks whose accuracy reference runs on the CPU in the Triton image, whatever the run's
 # device (models/base.py KerasFamily.framework_outputs says why).
 CPU_REFERENCE_FRAMEWORKS = ("tensorflow",)
 
