@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import urllib.error
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -66,10 +64,9 @@ class Recorded:
 
 
 class Instrument(ABC):
-    """A tool measuring beside perf_analyzer: the collector its output feeds (``source``;
-    None: its values come in perf_analyzer's own CSV, it only adds flags)."""
+    """A tool measuring beside perf_analyzer: the collector its output feeds (``source``)."""
 
-    source: ClassVar[str | None] = None
+    source: ClassVar[str]
 
     def flags(self) -> list[str]:
         """perf_analyzer flags this instrument adds to every attempt."""
@@ -91,7 +88,7 @@ class TrialEnergy(Instrument):
     why), read every ``interval_s`` by a sampler thread in this process while perf_analyzer
     measures, and the idle power measured before the first trial (None: not measured)."""
 
-    source: ClassVar[str | None] = ENERGY
+    source: ClassVar[str] = ENERGY
     status: str  # the meter's name, or "not measured: <why>"
     meter: Meter | None = None
     interval_s: float = 0.1
@@ -154,7 +151,7 @@ class TritonCounter(Instrument):
     polled beside perf_analyzer where the server has one (``triton``: the job's probe of it;
     None: not read)."""
 
-    source: ClassVar[str | None] = TRITON_METRICS
+    source: ClassVar[str] = TRITON_METRICS
     triton: TritonEnergy | None = None
 
     def during(self, attempt: Attempt) -> AbstractContextManager[Any]:
@@ -193,7 +190,7 @@ class TritonGpuMetrics(Instrument):
     the endpoint (None: not asked for, ``status`` says why); a CPU server's endpoint has no GPU
     metric, so its cells stay empty and ``status`` says so (:func:`probe_gpu_metrics`)."""
 
-    source: ClassVar[str | None] = TRITON_GPU_METRICS
+    source: ClassVar[str] = TRITON_GPU_METRICS
     status: str
     url: str | None = None
     interval_ms: int = METRICS_POLL_MS
@@ -217,15 +214,10 @@ class TritonGpuMetrics(Instrument):
 NO_GPU_METRICS = TritonGpuMetrics("not measured: Triton's GPU metrics not asked for")
 
 
-# Triton's GPU metrics perf_analyzer's --collect-metrics reads (client r23.12,
-# metrics_manager.cc: one per column of its CSV), each sample labelled by gpu_uuid alone
-GPU_METRICS = (
-    "nv_gpu_utilization",
-    "nv_gpu_power_usage",
-    "nv_gpu_memory_used_bytes",
-    "nv_gpu_memory_total_bytes",
-)
-_GPU_SAMPLE = re.compile(rf'^{re.escape(GPU_METRICS[0])}\{{gpu_uuid="([^"]+)"\}}\s', re.MULTILINE)
+# The GPU metric whose samples say the server has GPU metrics: perf_analyzer's --collect-metrics
+# reads it with nv_gpu_power_usage, nv_gpu_memory_used_bytes and nv_gpu_memory_total_bytes
+# (client r23.12, metrics_manager.cc: one per column of its CSV)
+GPU_UTILIZATION = "nv_gpu_utilization"
 
 
 def probe_gpu_metrics(
@@ -239,20 +231,17 @@ def probe_gpu_metrics(
     perf_analyzer needs (an endpoint it cannot reach fails windows at random: client r23.12,
     inference_profiler.cc), and "not measured: <why>" where it does not, or where the server
     reports no GPU (a CPU server: the cells stay empty)."""
-    from .triton_metrics import interval_ms, read_metrics
+    from .triton_metrics import gpu_samples, interval_ms, metrics_url, read_page
 
-    url = f"http://{host}:{metrics_port}/metrics"
+    url = metrics_url(metrics_port, host)
     poll = min(METRICS_POLL_MS, interval_ms(server_args))
-    try:
-        text = read_metrics(url, timeout_s)
-    except (OSError, urllib.error.URLError, ValueError) as error:
-        return TritonGpuMetrics(
-            f"not measured: Triton's metrics endpoint {url} did not answer ({error})"
-        )
-    gpus = sorted(set(_GPU_SAMPLE.findall(text)))
+    text, why = read_page(url, timeout_s)
+    if text is None:
+        return TritonGpuMetrics(why)
+    gpus = sorted(gpu_samples(text, GPU_UTILIZATION))
     if not gpus:
         return TritonGpuMetrics(
-            f"not measured: the server's metrics have no {GPU_METRICS[0]} (no GPU metrics: a "
+            f"not measured: the server's metrics have no {GPU_UTILIZATION} (no GPU metrics: a "
             "CPU server, no DCGM, or --allow-gpu-metrics=false)",
             url,
             poll,

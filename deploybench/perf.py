@@ -200,7 +200,7 @@ class Measurement:
     check_server: Callable[[], None] = _alive
 
     def __post_init__(self) -> None:
-        sources = [i.source for i in self.instruments if i.source is not None]
+        sources = [i.source for i in self.instruments]
         if len(sources) != len(set(sources)):
             raise PerfError(f"two instruments feed one source: {sources}")
 
@@ -493,11 +493,10 @@ def measure_point(
                 PROFILE_EXPORT: window,
             }
             for instrument, running in zip(measurement.instruments, ran, strict=True):
-                if instrument.source is not None:
-                    outputs[instrument.source] = instrument.output(this, running, recorded)
+                outputs[instrument.source] = instrument.output(this, running, recorded)
             for unmeasured in UNMEASURED:  # a source no instrument measured says so
                 if unmeasured.source not in outputs:
-                    outputs[str(unmeasured.source)] = unmeasured.output(this, None, recorded)
+                    outputs[unmeasured.source] = unmeasured.output(this, None, recorded)
             values = collect_trial(outputs)
             seconds = measured_seconds(values, point.batch)
             if (

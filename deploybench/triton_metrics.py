@@ -25,6 +25,7 @@ around them; the interval is recorded with it (the status, the provenance).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import re
@@ -53,25 +54,34 @@ NOT_ON_SERVER = (
 
 # A sample line of the Prometheus text format: name, optional {labels}, value, optional
 # timestamp (ms). The name must end where the labels or the value begin.
-_SAMPLE = re.compile(
-    rf"^{re.escape(METRIC)}(?:\{{(?P<labels>[^}}]*)\}})?[ \t]+(?P<value>\S+)(?:[ \t]+-?\d+)?[ \t]*$"
-)
+_SAMPLE = r"^{name}(?:\{{(?P<labels>[^}}]*)\}})?[ \t]+(?P<value>\S+)(?:[ \t]+-?\d+)?[ \t]*$"
 _LABEL = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
-def parse_energy(text: str) -> dict[str, float]:
-    """Each GPU's ``nv_energy_consumption`` (J) in Prometheus text ``text``, by its ``gpu_uuid``
-    label ("" for a sample without one); empty where the metric has no sample (a CPU server).
+@functools.cache
+def _sample_of(metric: str) -> re.Pattern[str]:
+    return re.compile(_SAMPLE.format(name=re.escape(metric)))
+
+
+def gpu_samples(text: str, metric: str) -> dict[str, float]:
+    """Each GPU's ``metric`` in Prometheus text ``text``, by its ``gpu_uuid`` label ("" for a
+    sample without one); empty where the metric has no sample (a CPU server's GPU metrics).
     Comments (``# HELP``, ``# TYPE``) and every other metric are skipped."""
+    pattern = _sample_of(metric)
     found: dict[str, float] = {}
     for line in text.splitlines():
-        match = _SAMPLE.match(line.strip())
+        match = pattern.match(line.strip())
         if match is None:
             continue
         labels = dict(_LABEL.findall(match.group("labels") or ""))
         uuid = labels.get(LABEL, "").replace('\\"', '"').replace("\\\\", "\\")
         found[uuid] = float(match.group("value"))
     return found
+
+
+def parse_energy(text: str) -> dict[str, float]:
+    """Each GPU's ``nv_energy_consumption`` (J) in ``text``, by UUID (:func:`gpu_samples`)."""
+    return gpu_samples(text, METRIC)
 
 
 def interval_ms(server_args: Sequence[str]) -> int:
@@ -90,6 +100,20 @@ def read_metrics(url: str, timeout_s: float = 5.0) -> str:
     """The server's metrics page at ``url`` (``http://127.0.0.1:<metrics port>/metrics``)."""
     with urllib.request.urlopen(url, timeout=timeout_s) as response:
         return str(response.read().decode("utf-8", "replace"))
+
+
+def metrics_url(metrics_port: int, host: str = "127.0.0.1") -> str:
+    """The metrics endpoint of the server on ``metrics_port``."""
+    return f"http://{host}:{metrics_port}/metrics"
+
+
+def read_page(url: str, timeout_s: float = 5.0) -> tuple[str | None, str]:
+    """The metrics page at ``url`` read once, or None and why not ("not measured: ... did not
+    answer"), for a job's probes of what the server has."""
+    try:
+        return read_metrics(url, timeout_s), ""
+    except (OSError, urllib.error.URLError, ValueError) as error:
+        return None, f"not measured: Triton's metrics endpoint {url} did not answer ({error})"
 
 
 @dataclass(frozen=True)
@@ -129,15 +153,12 @@ def probe(
 ) -> TritonEnergy:
     """Whether the server on ``metrics_port`` has an energy counter to read, read once: its
     GPUs, or why not (a CPU server has none; an endpoint that does not answer)."""
-    url = f"http://{host}:{metrics_port}/metrics"
+    url = metrics_url(metrics_port, host)
     interval = interval_ms(server_args)
-    try:
-        found = parse_energy(read_metrics(url, timeout_s))
-    except (OSError, urllib.error.URLError, ValueError) as error:
-        return TritonEnergy(
-            f"not measured: Triton's metrics endpoint {url} did not answer ({error})",
-            interval_ms=interval,
-        )
+    text, why = read_page(url, timeout_s)
+    if text is None:
+        return TritonEnergy(why, interval_ms=interval)
+    found = parse_energy(text)
     if not found:
         return TritonEnergy(NOT_ON_SERVER, interval_ms=interval)
     gpus = tuple(sorted(found))
