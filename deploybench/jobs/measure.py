@@ -174,11 +174,11 @@ class IdleReads:
         return record
 
 
-class ScenarioEnergy:
-    """A scenario's energy concern in its job: the meter (open while the trials run), Triton's
-    counter, the idle baseline read before the first trial and after the sweep, and what the
-    provenance's ``config.energy`` says of them. ``instruments``: what each trial measures
-    beside perf_analyzer (deploybench.instruments)."""
+class ScenarioInstruments:
+    """What a scenario's job measures beside perf_analyzer (``instruments``,
+    deploybench.instruments): the energy meter (open while the trials run) with its idle
+    baseline read before the first trial and after the sweep, Triton's energy counter and its
+    GPU metrics; and what the provenance's ``config.energy`` says of them."""
 
     def __init__(
         self,
@@ -535,8 +535,8 @@ def perf(
             # engines: per_batch (offline): each batch on the model of its own engine
             batch_models = spec.get("batch_models") or {}
             served = [model_name, *batch_models.values()]
-            # the meters and the idle baseline: the server loaded and past its first request
-            energy = ScenarioEnergy(
+            # the instruments and the idle baseline: the server loaded and past its first request
+            beside = ScenarioInstruments(
                 stack, spec.get("energy") or {}, server, repository, served, label
             )
             measurement = Measurement(
@@ -545,7 +545,7 @@ def perf(
                 transport,
                 input_data,
                 settings,
-                instruments=energy.instruments,
+                instruments=beside.instruments,
                 output_bytes_per_sample=output_bytes_per_sample(outputs.values()),
                 # what perf_analyzer's per-request export would hold of the tensors (tails)
                 export_size=ExportSize(
@@ -601,7 +601,7 @@ def perf(
                 kept=kept,
                 keep=keep,
             )
-            trial_rows = energy.after_sweep(trial_rows)
+            trial_rows = beside.after_sweep(trial_rows)
     # (a trial's own values, every request's latency, stay out of the CSV)
     write_csv(
         trials,
@@ -623,7 +623,7 @@ def perf(
         f"{len(unstable)} unstable ({'; '.join(unstable)})" if unstable else "all stable",
         csv,
     )
-    config = _scenario_record(spec, energy.record, sample, input_source, partial.attempts())
+    config = _scenario_record(spec, beside.record, sample, input_source, partial.attempts())
     write_json(provenance, sidecar.collect(csv, config, tritonserver=server_info))
     partial.remove()
 
