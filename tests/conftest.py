@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -10,6 +11,8 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -45,6 +48,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.module is not None and item.module.__name__.rpartition(".")[2] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+    # The shared smoke run starts in the background with the session (smoke_run_in_background):
+    # the modules with a test that needs it run last, whole (their module fixtures are set up
+    # once), and the others meanwhile. The order within each part is unchanged.
+    waiting = {item.module for item in items if uses_smoke_run(item)}
+    items[:] = [i for i in items if i.module not in waiting] + [
+        i for i in items if i.module in waiting
+    ]
+
+
+def uses_smoke_run(item: pytest.Item) -> bool:
+    """Whether the test needs the shared smoke run, through any of its fixtures."""
+    return "smoke_run" in getattr(item, "fixturenames", ())
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -251,18 +266,65 @@ def config() -> dict[str, Any]:
     return base_config()
 
 
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+class BackgroundSmokeRun:
+    """The shared smoke run's Snakemake, started in the background in a session of its own
+    (its process group: stopped whole), its output in files beside the run's folder."""
+
+    # about 15 minutes on an idle machine, longer beside the other tests; allow for a machine
+    # shared with other work
+    TIMEOUT_S = 3000
+
+    def __init__(self, workdir: Path, output: Path) -> None:
+        self.workdir, self.stdout, self.stderr = workdir, output / "stdout", output / "stderr"
+        cmd, env = snakemake_command(workdir, "all", "cpu", "search")
+        self.deadline = time.monotonic() + self.TIMEOUT_S
+        with self.stdout.open("w") as out, self.stderr.open("w") as err:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=err, env=env, start_new_session=True
+            )
+
+    def wait(self) -> subprocess.CompletedProcess[str]:
+        """Its end (stopped at the deadline: a timeout fails the test that waits)."""
+        try:
+            self.proc.wait(timeout=max(1.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
+        return subprocess.CompletedProcess(
+            self.proc.args, self.proc.returncode, self.stdout.read_text(), self.stderr.read_text()
+        )
+
+    def stop(self) -> None:
+        """Snakemake stopped as Ctrl-C stops it (its jobs with it), killed after a minute."""
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def smoke_run_in_background(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BackgroundSmokeRun | None]:
     """One real run of every model on the CPU default at smoke sizes (shared by e2e tests):
     the default target, rule `cpu` (fp32) and TFT's 2x2 grid search (`search`), through real
-    tritonserver and perf_analyzer. The CPU's fp16 chain runs in tests/test_gpu_kit.py, as the
-    GPU kit runs it.
+    tritonserver and perf_analyzer, started with the session when a selected test needs it
+    (`smoke_run` waits for it; those tests run last). The CPU's fp16 chain runs in
+    tests/test_gpu_kit.py, as the GPU kit runs it.
 
     ``DEPLOYBENCH_SMOKE_RUN=<dir>`` reuses a finished one while iterating on the tests (the
     tests only copy it); CI always makes its own."""
-    reuse = os.environ.get("DEPLOYBENCH_SMOKE_RUN")
-    if reuse:
-        return Path(reuse)
+    if os.environ.get("DEPLOYBENCH_SMOKE_RUN") or not any(
+        uses_smoke_run(item) for item in request.session.items
+    ):
+        yield None
+        return
     wd = tmp_path_factory.mktemp("smoke-run")
     config = smoke_config()
     # The default run's TFT serves a checkpoint as DLE 23.04+'s train.py writes it
@@ -283,11 +345,22 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "nvml_library": str(library),
     }
     write_config(wd, config)
-    # about 13 minutes on an idle machine; allow for a machine shared with other work
-    result = run_snakemake(wd, "all", "cpu", "search", timeout=3000)
+    run = BackgroundSmokeRun(wd, tmp_path_factory.mktemp("smoke-run-output"))
+    yield run
+    run.stop()  # a session that ends before its tests (-x, Ctrl-C) leaves nothing running
+
+
+@pytest.fixture(scope="session")
+def smoke_run(smoke_run_in_background: BackgroundSmokeRun | None) -> Path:
+    """The shared smoke run's folder, once it has finished (smoke_run_in_background)."""
+    reuse = os.environ.get("DEPLOYBENCH_SMOKE_RUN")
+    if reuse:
+        return Path(reuse)
+    assert smoke_run_in_background is not None
+    result = smoke_run_in_background.wait()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    assert processes_mentioning(str(wd)) == []
-    return wd
+    assert processes_mentioning(str(smoke_run_in_background.workdir)) == []
+    return smoke_run_in_background.workdir
 
 
 @pytest.fixture(scope="session")
