@@ -1,7 +1,8 @@
 """The pieces every chart of :mod:`deploybench.plots` is drawn with: its configuration label,
 its numeric columns and unstable flags (:func:`prepare`), lines with error bars and unstable
-marks (:func:`series_chart`), one color per configuration, titles, and ``save``/``sized``;
-what a chart with nothing to draw writes instead (:func:`save_not_drawn`).
+marks (:func:`series_chart`), one color per configuration, titles, and ``sized``
+(``report_render.save`` writes a chart's files); what a chart with nothing to draw writes
+instead (:func:`save_not_drawn`).
 """
 
 from __future__ import annotations
@@ -53,28 +54,6 @@ def sized(chart: alt.TopLevelMixin, width: int, height: int) -> alt.TopLevelMixi
     return chart.properties(width=width, height=height)
 
 
-def save(chart: alt.TopLevelMixin, stem: Path, inline_html: bool = True) -> list[Path]:
-    """Write ``stem.svg``, ``stem.png`` and ``stem.html``; return their paths.
-
-    The HTML page carries its JavaScript (~0.9 MB: Vega, Vega-Lite and vega-embed, the bundle
-    vl-convert ships, which Altair's ``inline=True`` writes into the page), so it opens offline
-    and loads nothing (tests/test_browser.py opens them in Chromium). ``inline_html`` false
-    loads them from a CDN instead: a few kB, but blank without the network; for tests only.
-    """
-    paths = []
-    for suffix, write in (
-        ("svg", lambda tmp: chart.save(tmp, format="svg")),
-        # scale 2: the PNG stays sharp on high-DPI screens and in slides.
-        ("png", lambda tmp: chart.save(tmp, format="png", scale_factor=2)),
-        ("html", lambda tmp: chart.save(tmp, format="html", inline=inline_html)),
-    ):
-        path = Path(f"{stem}.{suffix}")
-        with atomic_path(path) as tmp:
-            write(tmp)
-        paths.append(path)
-    return paths
-
-
 # What a chart's files hold where its data has nothing to draw (plots.not_drawn says why).
 NOT_DRAWN = "not drawn"
 # About how many pixels a character of the note's 13 px font takes, to wrap it to the width.
@@ -99,13 +78,14 @@ def not_drawn_chart(name: str, why: str, width: int = 480, height: int = 300) ->
 
 
 def save_not_drawn(name: str, why: str, stem: Path, width: int, height: int) -> list[Path]:
-    """The files of a chart with nothing to draw (those :func:`save` writes): SVG and PNG of
-    :func:`not_drawn_chart`, and a plain HTML page that says it (no script: nothing to zoom)."""
+    """The files of a chart with nothing to draw (those ``report_render.save`` writes): SVG and
+    PNG of :func:`not_drawn_chart`, and a plain HTML page that says it (no script: nothing to zoom)."""
     chart = not_drawn_chart(name, why, width, height)
     paths = []
     for suffix, write in (
         ("svg", lambda tmp: chart.save(tmp, format="svg")),
-        ("png", lambda tmp: chart.save(tmp, format="png", scale_factor=2)),  # as save's
+        # scale 2, as report_render.save's
+        ("png", lambda tmp: chart.save(tmp, format="png", scale_factor=2)),
     ):
         path = Path(f"{stem}.{suffix}")
         with atomic_path(path) as tmp:

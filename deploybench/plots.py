@@ -11,9 +11,10 @@ Every chart draws one series per *configuration* ("gpu/format/precision"), so ru
 from several formats, precisions or GPUs compare on one chart. Every measured value with a 95 %
 confidence interval (its ``_ci95`` column, over the point's trials) carries it as an error bar,
 and the points whose measurement was not stable are circled in red. ``save`` writes SVG and PNG
-(via vl-convert, no browser needed) and an interactive, self-contained HTML page. A run nothing
-was published for (a CPU run) has its published charts draw the seed page's rows of its model
-and format beside it, in a panel with axes of its own (``published_reference``).
+(via vl-convert, no browser needed) and an interactive, self-contained HTML page, from one spec
+(:mod:`deploybench.report_render`). A run nothing was published for (a CPU run) has its
+published charts draw the seed page's rows of its model and format beside it, in a panel with
+axes of its own (``published_reference``).
 
 Each of a run's charts (``chart_names.RunChart``) is drawn by the function registered for it
 with ``@run_chart`` beside its definition; ``jobs.plots`` draws them all from one
@@ -51,7 +52,6 @@ from .chart_kit import (  # noqa: F401 - CONFIG, SOURCE, UNSTABLE_COLOR, save*, 
     not_drawn_chart,
     prepare,
     said,
-    save,
     save_not_drawn,
     series_chart,
     sized,
@@ -64,6 +64,7 @@ from .columns import INTERVAL_COLUMNS, chart_labels
 from .compare import has_energy, not_measured
 from .config_search import MEASURED
 from .errors import ConfigError, ResultsError
+from .report_render import save  # noqa: F401 - plots.save: the jobs' and the tests'
 
 # Latency quantiles of the offline graphs, drawn as one dash style each.
 QUANTILES = chart_labels("quantile")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from deploybench import jobs
+from deploybench import jobs, plots, report_render
 from deploybench.columns import TABLE_LABELS
 from deploybench.report import between_runs, between_runs_section, chart_image
 from deploybench.report_cells import markdown_table
@@ -23,8 +24,11 @@ from deploybench.report_published import (
 )
 from tests.conftest import REPO, base_config, planned_jobs, run_snakemake, validated
 from tests.test_compare import write_run
+from tests.test_plots import perf_rows
 
 PUBLISHED = REPO / "config" / "reference" / "published.csv"
+# A clip path's id in Vega's SVG ("clip12"): numbered per process.
+CLIP_ID = re.compile(rb"\bclip\d+\b")
 MEASUREMENT_RULES = {
     *("prepare_checkpoint", "export", "repository", "accuracy", "offline", "online"),
     *("search_repository", "search_online"),
@@ -208,6 +212,62 @@ def test_report_page_compares_its_runs_with_intervals(tmp_path):
         in text
     )
     assert "| 8 | 1 | 800.0 ± 8.0 |" in text  # the offline table: throughput ± its half-width
+
+
+@pytest.mark.parametrize("name", ["breakdown", "reference"])
+def test_a_chart_s_files_are_those_altair_writes(tmp_path, name):
+    """plots.save writes from one spec what Altair's chart.save writes from three, byte for
+    byte: the SVG, the PNG and the HTML page; a faceted chart, and the published reference's
+    two zoomable panels. But for the numbers of the SVG's clip paths: Vega counts them per
+    process, over every chart it drew. (The inline page's bundle: the next test.)"""
+    rows = perf_rows(configs=[("cpu", "onnx", "fp32"), ("cpu", "ts-trace", "fp32")])
+    reference = perf_rows(configs=[("A100", "ts-script", "fp16")])
+    chart = {
+        "breakdown": lambda: plots.online_latency_breakdown(rows),
+        "reference": lambda: plots.published_reference(rows, reference, "online", "no GPU"),
+    }[name]()
+    chart = plots.sized(chart, 300, 200)
+    saved = plots.save(chart, tmp_path / "ours", inline_html=False)
+    assert [p.suffix for p in saved] == [".svg", ".png", ".html"]
+    chart.save(tmp_path / "altair.svg", format="svg")
+    chart.save(tmp_path / "altair.png", format="png", scale_factor=2)
+    chart.save(tmp_path / "altair.html", format="html")
+    for path in saved:
+        ours, altairs = (p.read_bytes() for p in (path, tmp_path / f"altair{path.suffix}"))
+        assert CLIP_ID.sub(b"clip", ours) == CLIP_ID.sub(b"clip", altairs), path
+
+
+def test_vl_convert_s_bundle_is_made_once_and_kept(tmp_path, monkeypatch):
+    """The JavaScript an inline page carries is bundled once per vl-convert version and read
+    from the user's cache after; a cache that cannot be written is bundled around."""
+    import vl_convert
+
+    made: list[str | None] = []
+
+    def bundle(vl_version: str | None = None) -> str:
+        made.append(vl_version)
+        return "/* the bundle */"
+
+    monkeypatch.setattr(vl_convert, "javascript_bundle", bundle)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    report_render.javascript_bundle.cache_clear()
+    try:
+        assert report_render.javascript_bundle() == "/* the bundle */"
+        report_render.javascript_bundle.cache_clear()  # another process
+        assert report_render.javascript_bundle() == "/* the bundle */"
+        assert made == [report_render.vl_version()]
+        (kept,) = (tmp_path / "cache" / "deploybench").iterdir()
+        assert kept.read_text() == "/* the bundle */"
+        html = plots.save(plots.offline_throughput(perf_rows()), tmp_path / "chart")[-1]
+        assert "/* the bundle */" in html.read_text()
+        # a cache that cannot be written: bundled each time, never an error
+        (tmp_path / "cache").rename(tmp_path / "moved")
+        (tmp_path / "cache").write_text("not a folder")
+        report_render.javascript_bundle.cache_clear()
+        assert report_render.javascript_bundle() == "/* the bundle */"
+        assert len(made) == 2
+    finally:
+        report_render.javascript_bundle.cache_clear()
 
 
 @pytest.mark.e2e
