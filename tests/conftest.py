@@ -400,7 +400,8 @@ def _venv_with_numpy_2(folder: Path) -> Path:
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = folder / "lib" / version / "site-packages"
     pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--no-deps", "--target", str(site), NUMPY_2], check=True)
+    # not compiled here (5 s of the 7): Python compiles what is imported, on first import
+    subprocess.run([*pip, "--no-deps", "--no-compile", "--target", str(site), NUMPY_2], check=True)
     return site
 
 
