@@ -32,6 +32,7 @@ from .compare import (
 )
 from .planning.engines import describe as describe_engines
 from .report_cells import as_float, integer_text, is_missing, is_number, is_true, markdown_table
+from .stats import t_critical
 from .unmeasured import NOT_MEASURED, STATUS_COLUMNS, measured_columns
 
 
@@ -178,8 +179,28 @@ def results_table(frame: pd.DataFrame) -> str:
             for v, h, note in zip(rows[TAIL_MARKED], half, notes, strict=True)
         ]
     parts = [markdown_table(rows, columns)]
-    notes_below = [left_out, estimate_footnote(frame), tail_footnote(frame)]
+    notes_below = [left_out, interval_note(frame), estimate_footnote(frame), tail_footnote(frame)]
     return "\n\n".join([*parts, *(n for n in notes_below if n)])
+
+
+def interval_note(frame: pd.DataFrame) -> str | None:
+    """What a cell's "± x" is, for the trials a point of this table has: the 95 % interval of
+    the trials' mean (:func:`deploybench.stats.t_critical`); None where no point has trials."""
+    if "trials" not in frame.columns:
+        return None
+    counts = sorted({int(n) for n in pd.to_numeric(frame["trials"], errors="coerce").dropna()})
+    if not counts:
+        return None
+    if counts == [1]:
+        return "One trial a point: no interval (±) to give."
+    per = ", ".join(f"t = {t_critical(n - 1):.2f} for {n} trials" for n in counts if n > 1)
+    return (
+        "Each value is the mean of the point's trials ± the half-width of its 95 % confidence "
+        f"interval, from the spread between the trials (Student's t: {per}); it is not the "
+        "spread of single requests, and few trials make it wide. A point is stable when "
+        "perf_analyzer settled in every trial and the throughput's interval is within the "
+        "configuration's bound; unstable points are kept and marked."
+    )
 
 
 # The pooled p99's early-stopping estimate (deploybench.tails.early_stopping_bound).

@@ -486,3 +486,16 @@ def test_fastpitch_rows_need_the_pinned_checkpoint_and_input_files():
     needs["input_sha256"] = None
     (blocker,) = publication_gate(config, run, dles_provenance())[0]
     assert blocker.startswith("its perf input is not pinned: /data/fastpitch_input is not known")
+
+
+def test_a_table_says_what_its_intervals_are_for_its_trials():
+    """Under a results table, what "± x" is, with Student's t for the trials its points had
+    (the demo's 3: 4.30); a table of single trials says it has no interval."""
+    from deploybench.report import results_table
+
+    three = results_table(pd.DataFrame({"batch": [1, 8], "throughput": [10.0, 20.0], "trials": 3}))
+    assert "95 % confidence interval" in three and "t = 4.30 for 3 trials" in three
+    mixed = pd.DataFrame({"batch": [1, 8], "throughput": [10.0, 20.0], "trials": [3, 5]})
+    assert "t = 4.30 for 3 trials, t = 2.78 for 5 trials" in results_table(mixed)
+    one = results_table(pd.DataFrame({"batch": [1], "throughput": [10.0], "trials": [1]}))
+    assert "One trial a point: no interval" in one and "Student" not in one
