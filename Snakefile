@@ -1,11 +1,17 @@
 # deploybench: checkpoint -> export -> convert -> Triton repository -> accuracy and perf CSVs,
 # keyed on {model}/{gpu}/{format}/{precision}. See README.md.
 
+import gc
 from pathlib import Path
 
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# A DAG of thousands of jobs is millions of objects that live as long as Snakemake does: at the
+# default threshold (700) the cyclic collector walks them again and again while the DAG is
+# built (about a tenth of a large dry run's time, benchmarks/orchestration.py).
+gc.set_threshold(50_000, 10, 10)
 
 
 # The working directory's config/config.yaml where it has one (a deployed workflow's, laid out

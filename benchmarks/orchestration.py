@@ -10,7 +10,8 @@ Side by side in one run, each the median of ``--repeat`` calls:
 * **scaling** (``--clones K [K ...]``): the same dry run with every GPU entry cloned K times
   (``A100`` and ``A100_c2`` ... ``A100_cK``, the same settings), so the DAG grows K-fold; each
   size's seconds per 1,000 jobs, and the ratio of the largest size's to the smallest's (a
-  linear DAG: within 1.2, and under 3 s per 1,000 jobs);
+  linear DAG: within 1.2, and under 3 s per 1,000 jobs). The sizes take turns (one run of each
+  per round, ``--repeat`` rounds);
 * **no-op**: ``snakemake all cpu report`` in a working directory where they are complete: it
   must schedule 0 jobs (goal <= 5 s). The size of that DAG is counted with ``--forceall -n``.
 
@@ -78,16 +79,29 @@ def cloned(config: dict, clones: int) -> dict:
     return {"gpus": gpus, "report": {"sets": {"all": {"gpus": every}}}}
 
 
-def matrix_run(root: Path, config: dict, clones: int, repeat: int) -> tuple[float, int]:
-    """The median seconds and the jobs of a dry run of ``report`` over the cloned matrix."""
-    workdir = root / f"matrix_x{clones}"
-    (workdir / "config").mkdir(parents=True)
-    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
-    overlay = workdir / "overlay.yaml"
-    overlay.write_text(yaml.safe_dump(cloned(config, clones)))
-    # --configfile takes several values: the targets go before it
-    seconds, out = median_run(repeat, workdir, "-n", "report", "--configfile", str(overlay))
-    return seconds, planned(out)
+def matrix_runs(
+    root: Path, config: dict, sizes: list[int], repeat: int
+) -> dict[int, tuple[float, int]]:
+    """Clones K -> the median seconds and the jobs of a dry run of ``report`` over the cloned
+    matrix. The sizes take turns, each round one run of each, so that a change in the machine's
+    load in the meantime weighs on every size alike (the ratio compares them)."""
+    calls: dict[int, tuple[Path, str, str, str, str]] = {}
+    for clones in sizes:
+        workdir = root / f"matrix_x{clones}"
+        (workdir / "config").mkdir(parents=True)
+        (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+        overlay = workdir / "overlay.yaml"
+        overlay.write_text(yaml.safe_dump(cloned(config, clones)))
+        # --configfile takes several values: the targets go before it
+        calls[clones] = (workdir, "-n", "report", "--configfile", str(overlay))
+    runs: dict[int, list[tuple[float, str]]] = {clones: [] for clones in sizes}
+    for _ in range(repeat):
+        for clones, (workdir, *args) in calls.items():
+            runs[clones].append(snakemake(workdir, *args))
+    return {
+        clones: (statistics.median(s for s, _ in done), planned(done[-1][1]))
+        for clones, done in runs.items()
+    }
 
 
 def main() -> int:
@@ -106,7 +120,7 @@ def main() -> int:
         bare_dir.mkdir()
         (bare_dir / "Snakefile").write_text(BARE)
         bare, _ = median_run(args.repeat, bare_dir, "-n", snakefile=bare_dir / "Snakefile")
-        sizes = {k: matrix_run(root, config, k, args.repeat) for k in sorted(set(args.clones))}
+        sizes = matrix_runs(root, config, sorted(set(args.clones)), args.repeat)
 
     version = subprocess.run(
         [SNAKEMAKE, "--version"], capture_output=True, text=True, check=True

@@ -123,6 +123,13 @@ def _runs():
     return tuple(dbconfig.all_runs(config))
 
 
+@functools.cache
+def _runs_on(gpu):
+    """The runs of ``_runs()`` on ``gpu`` (a preflight job's: a DAG's preflight jobs would
+    each read every run otherwise, quadratic in the GPUs)."""
+    return tuple(r for r in _runs() if run_fields(r)[1] == gpu)
+
+
 def plan_of(wildcards):
     """The plan of the run named by the job's wildcards."""
     return _run_plan(
@@ -169,9 +176,11 @@ def target_results():
     return results_of(config["targets"])
 
 
+@functools.cache
 def report_set_runs(report_set):
-    """The runs report set ``report_set`` shows, of every run the config allows."""
-    return dbconfig.in_report_set(config, report_set, _runs())
+    """The runs report set ``report_set`` shows, of every run the config allows (each model's
+    report page reads them)."""
+    return tuple(dbconfig.in_report_set(config, report_set, _runs()))
 
 
 def report_set_results(report_set):
@@ -250,11 +259,14 @@ def image_role_imports():
 
 def image_input(role):
     """The built image as an input (so it is built first, and a rebuilt image reruns the jobs
-    it ran) — only when jobs run in containers; a native run needs no image."""
+    it ran) — only when jobs run in containers; a native run needs no image (no function for
+    Snakemake to call per job)."""
+    if not USE_APPTAINER:
+        return []
 
     def inputs(w):
         name = image_of(w, role)
-        if not USE_APPTAINER or container_free(w):
+        if container_free(w):
             return []
         if not images.is_built(config["images"][name]):
             return []
@@ -273,7 +285,7 @@ RUN_TARGET = re.compile(r"^results/([^/]+)/([^/]+)/([^/]+)/([^/]+)/")
 @functools.cache
 def _preflight_plan(gpu, image):
     return dbpreflight.plan_preflight(
-        config, gpu, image, image_role_imports(), runs=_runs(), plan=_run_plan
+        config, gpu, image, image_role_imports(), runs=_runs_on(gpu), plan=_run_plan
     )
 
 
@@ -291,9 +303,7 @@ def measurement_threads(wildcards):
 
 def preflight_resources():
     """For `resources:` of the preflight_check rule: what a job on that GPU asks for."""
-    return request_resources(
-        lambda w: dbresources.gpu_request_of(config["gpus"][w.gpu], config["slurm"])
-    )
+    return gpu_resources()
 
 
 # Targets that start runs (their results, or the rules that stand for runs).
@@ -351,11 +361,14 @@ def preflight_reports(wildcards):
 
 
 def preflight_input(role):
-    """With `preflight.required`, a GPU job's input: its GPU and image's passed preflight."""
+    """With `preflight.required`, a GPU job's input: its GPU and image's passed preflight
+    (without it, no function for Snakemake to call per job)."""
+    if not config.get("preflight", {}).get("required"):
+        return []
 
     def inputs(w):
         plan = plan_of(w)
-        if not config.get("preflight", {}).get("required") or plan.device != "gpu":
+        if plan.device != "gpu":
             return []
         if container_free(w):
             return []  # the preflight checks images; this run uses none
@@ -471,22 +484,29 @@ def repository_of(wildcards):
 # --- Resources: what a job asks the executor for
 # snakemake-executor-plugin-slurm turns `gpu` (+ `gpu_model`) into `--gpus=<model>:1`,
 # `slurm_partition` into -p and `constraint` into -C (profiles/slurm); locally `gpu` counts
-# against `--resources gpu=N`. Values come from the plan's GpuRequest (`gpus.<gpu>.slurm`).
+# against `--resources gpu=N`. Values come from the GPU's GpuRequest (`gpus.<gpu>.slurm`).
 
 
-def request_resources(request_of):
-    """`resources:` entries, one per GpuRequest field, from ``request_of(wildcards)``."""
-
-    def setting(key):
-        return lambda w: getattr(request_of(w), key)
-
-    return {f.name: setting(f.name) for f in dataclasses.fields(dbresources.GpuRequest)}
+# What a job on each GPU's device asks for (a run's plan holds its GPU's: RunPlan.gpu_request).
+GPU_REQUESTS = {
+    gpu: dbresources.gpu_request_of(settings, config.get("slurm") or {})
+    for gpu, settings in config["gpus"].items()
+}
 
 
 def gpu_resources():
-    """For `resources:` of the jobs that run on the run's device (convert, accuracy, offline,
-    online): one whole GPU on a GPU device, in its partition; none on a CPU device."""
-    return request_resources(lambda w: plan_of(w).gpu_request)
+    """For `resources:` of the jobs that run on the `{gpu}`'s device (convert, accuracy,
+    offline, online, preflight_check): one whole GPU on a GPU device, in its partition; none on
+    a CPU device. One entry per GpuRequest field; a value every GPU shares is given as it is,
+    since Snakemake calls a function per job and field."""
+
+    def setting(key):
+        values = {getattr(request, key) for request in GPU_REQUESTS.values()}
+        if len(values) == 1:
+            return values.pop()
+        return lambda w: getattr(GPU_REQUESTS[w.gpu], key)
+
+    return {f.name: setting(f.name) for f in dataclasses.fields(dbresources.GpuRequest)}
 
 
 # --- Time limits (deploybench/planning/schedule.py): on a GPU whose partition caps a job's time
@@ -535,6 +555,9 @@ def site_resources(step=None):
     request = dbresources.site_request(config["slurm"])
 
     def setting(key):
+        if request[key] is None:
+            return None  # asked by no job: no function for Snakemake to call per job
+
         def value(w):
             if step is not None and plan_of(w).group_of(step) is not None:
                 return None
@@ -571,9 +594,17 @@ def measurement_mem_mb(wildcards):
 
 @functools.cache
 def _measurement_mem_mb(model, gpu, fmt, precision, scenario, part):
-    # Snakemake evaluates a job's resources more than once: the published table is read once
+    # Snakemake evaluates a job's resources more than once
     plan = _run_plan(model, gpu, fmt, precision)
-    return dbmemory.plan_measurement_mem_mb(config, plan, scenario, part)
+    return dbmemory.plan_measurement_mem_mb(
+        config, plan, scenario, part, table=published_rates()
+    )
+
+
+@functools.cache
+def published_rates():
+    """The published rates by model entry (what sizes a measurement's memory), read once."""
+    return dbmemory.published_table(config)
 
 
 # --- Plots and reports ---------------------------------------------------------------------
@@ -793,7 +824,9 @@ def candidate_runtime(step):
 def candidate_mem_mb(wildcards):
     """For `resources: mem_mb=` of a candidate's measurement: as its run's online job's."""
     plan = search_of(wildcards).variant_plan(wildcards.variant)
-    return dbmemory.plan_measurement_mem_mb(config, plan, "online")
+    return dbmemory.plan_measurement_mem_mb(
+        config, plan, "online", table=published_rates()
+    )
 
 
 def candidate_path(plan, variant, name):

@@ -40,13 +40,14 @@ import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..tails import TENSORS_RECORDED_FROM
 from .serving_plan import container_free
-from .workflow_config import model_settings, published_ran, reference_format, reference_model
+from .workflow_config import published_ran, reference_format, reference_model
 
 MIB = 2**20  # SLURM reads --mem (the executor plugin's mem_mb) in MiB
 COPIED_ON_APPEND_FROM = (2, 52)  # r24.11: RecordData owns its bytes; the append copies them
@@ -144,17 +145,25 @@ def _entry(find: Any, config: dict[str, Any], *args: str | None) -> str | None:
         return None
 
 
-def published_rates(
-    config: dict[str, Any], plan: Any, scenario: str, path: Path = PUBLISHED
-) -> tuple[dict[tuple[int, int], float], dict[str, list[float]]]:
-    """The published inferences/s of ``plan``'s (a RunPlan's) ``scenario`` by (batch,
-    concurrency), a row that names no batch at the batch the plan measures it with
-    (``RunPlan.batch_at``, as the report joins it), and those of its model by scenario, on any
-    GPU, format and precision (the rows workflow_config.reference_run reproduces with this model
-    entry)."""
-    model, gpu, fmt, precision = plan.path.split("/")
-    own: dict[tuple[int, int], float] = {}
-    of_model: dict[str, list[float]] = {}
+# A published point of a run: (concurrency, batch: None where the row names none, inferences/s)
+PublishedPoint = tuple[int, int | None, float]
+
+
+@dataclass(frozen=True)
+class PublishedRates:
+    """One model entry's published rates: by scenario, and by run (scenario, gpu, format,
+    precision) as its points."""
+
+    by_scenario: dict[str, list[float]] = field(default_factory=dict)
+    by_run: dict[tuple[str, str, str, str], list[PublishedPoint]] = field(default_factory=dict)
+
+
+def published_table(config: dict[str, Any], path: Path = PUBLISHED) -> dict[str, PublishedRates]:
+    """Model entry -> the published rows with a rate it reproduces (the rows
+    workflow_config.reference_run reproduces; a row's run is its gpu, the format entry that
+    serves it and the precision that ran: models.<m>.published_ran). Read and resolved once
+    for every measurement job of a DAG."""
+    table: dict[str, PublishedRates] = {}
     keys: dict[tuple[str, ...], tuple[str | None, str | None]] = {}
     for row in _published_table(path):
         if not row["throughput"]:
@@ -165,21 +174,49 @@ def published_rates(
                 _entry(reference_model, config, key[0], key[1] or None),
                 _entry(reference_format, config, key[2], key[3]),
             )
-        entry, entry_format = keys[key]
-        if entry != model:
+        model, entry_format = keys[key]
+        if model is None:
             continue
+        rates = table.setdefault(model, PublishedRates())
         rate = float(row["throughput"])
-        of_model.setdefault(row["scenario"], []).append(rate)
-        if row["scenario"] != scenario:
-            continue
-        ran = published_ran(config, model).get(entry_format or "", {}).get(row["precision"])
-        row_precision = ran["precision"] if ran else row["precision"]
-        if (row["gpu"], entry_format, row_precision) == (gpu, fmt, precision):
-            concurrency = int(row["concurrency"] or 1)
-            batch = int(row["batch"]) if row["batch"] else plan.batch_at(scenario, concurrency)
-            if batch is not None:
-                own[(batch, concurrency)] = max(rate, own.get((batch, concurrency), 0.0))
-    return own, of_model
+        rates.by_scenario.setdefault(row["scenario"], []).append(rate)
+        if entry_format is None:
+            continue  # no format entry serves it: no run of this config is its
+        ran = published_ran(config, model).get(entry_format, {}).get(row["precision"])
+        precision = ran["precision"] if ran else row["precision"]
+        batch = int(row["batch"]) if row["batch"] else None
+        rates.by_run.setdefault((row["scenario"], row["gpu"], entry_format, precision), []).append(
+            (int(row["concurrency"] or 1), batch, rate)
+        )
+    return table
+
+
+def published_rates(
+    config: dict[str, Any],
+    plan: Any,
+    scenario: str,
+    path: Path = PUBLISHED,
+    table: Mapping[str, PublishedRates] | None = None,
+) -> tuple[dict[tuple[int, int], float], dict[str, list[float]]]:
+    """The published inferences/s of ``plan``'s (a RunPlan's) ``scenario`` by (batch,
+    concurrency), a row that names no batch at the batch the plan measures it with
+    (``RunPlan.batch_at``, as the report joins it), and those of its model by scenario, on any
+    GPU, format and precision (the rows workflow_config.reference_run reproduces with this model
+    entry). ``table``: :func:`published_table` of ``config`` and ``path``, made once."""
+    if table is None:
+        table = published_table(config, path)
+    rates = table.get(plan.model)
+    if rates is None:
+        return {}, {}
+    own: dict[tuple[int, int], float] = {}
+    for concurrency, batch, rate in rates.by_run.get(
+        (scenario, plan.gpu, plan.format, plan.precision), ()
+    ):
+        if batch is None:
+            batch = plan.batch_at(scenario, concurrency)
+        if batch is not None:
+            own[(batch, concurrency)] = max(rate, own.get((batch, concurrency), 0.0))
+    return own, {s: list(r) for s, r in rates.by_scenario.items()}
 
 
 def plan_measurement_mem_mb(
@@ -188,18 +225,18 @@ def plan_measurement_mem_mb(
     scenario: str,
     part: int | None = None,
     path: Path = PUBLISHED,
+    table: Mapping[str, PublishedRates] | None = None,
 ) -> int:
     """``mem_mb`` of the measurement job of ``plan``'s (a RunPlan's) ``scenario`` (or of its
     part ``part``), :func:`measurement_mem_mb` over its points at their expected rates: the
     published rate of the point (a published row of this run), else the run's highest published
     rate of the scenario, else ``models.<m>.perf.expected_rate``, else the highest the seed page
-    published for the model's scenario on any GPU (for its other scenario where it has none). More than ``gpus.<gpu>.slurm.node_mem_mb``
-    fails here (ConfigError naming both and what to change)."""
-    settings = model_settings(config, plan.model, plan.gpu)
-    perf = settings["perf"]
+    published for the model's scenario on any GPU (for its other scenario where it has none).
+    More than ``gpus.<gpu>.slurm.node_mem_mb`` fails here (ConfigError naming both and what to
+    change). ``table``: :func:`published_table` of ``config`` and ``path``, made once."""
     where = f"{plan.path} {scenario}" + ("" if part is None else f" (part {part})")
-    own, of_model = published_rates(config, plan, scenario, path)
-    estimate = perf.get("expected_rate")
+    own, of_model = published_rates(config, plan, scenario, path, table)
+    estimate = plan.expected_rate
     if estimate is None and of_model:
         estimate = max(of_model.get(scenario) or [r for rates in of_model.values() for r in rates])
     points = plan.points[scenario] if part is None else plan.part_points(scenario, part)
@@ -222,7 +259,7 @@ def plan_measurement_mem_mb(
         image = config["images"].get(plan.containers.get("triton"), {})
         tritonclient = sdk_tritonclient(image.get("sdk"))
     copies = recorded_copies(tritonclient, str(plan.transport[scenario]["shared_memory"]))
-    input_bytes = perf.get("input_bytes")
+    input_bytes = plan.input_bytes
     if input_bytes is None and copies:
         raise ConfigError(
             f"{where}: its perf_analyzer keeps every request's inputs, and "

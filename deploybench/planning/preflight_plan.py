@@ -31,9 +31,10 @@ def plan_preflight(
     converters whose TensorRT engines it builds or loads, the frameworks whose CUDA must work,
     the modules the jobs of its roles import: ``role_modules``, deploybench.job_imports), where
     it runs, and the image's release facts. ``runs`` (every run the config allows:
-    workflow_config.all_runs) and ``plan`` (a run's plan: run_plan.plan_run) come from the
-    caller where it holds them already (rules/common.smk resolves each once per DAG, so a DAG
-    of many preflight jobs plans each run once, not once per job)."""
+    workflow_config.all_runs, or those of them on ``gpu``) and ``plan`` (a run's plan:
+    run_plan.plan_run) come from the caller where it holds them already (rules/common.smk
+    resolves each once per DAG, so a DAG of many preflight jobs plans each run once, not once
+    per job)."""
     gpus = config["gpus"]
     if gpu not in gpus:
         raise ConfigError(f"unknown gpu {gpu!r}; valid choices: {', '.join(sorted(gpus))}")

@@ -123,6 +123,10 @@ class RunPlan:
     # how its measurements read energy (energy_settings); {}: not at all
     energy: Mapping[str, Any] = field(default_factory=lambda: frozen({}))
     perf_input_data: str | None = None  # models.<m>.perf.input_data
+    # models.<m>.perf.expected_rate and input_bytes, sized: what its measurement jobs' memory
+    # is sized from where published rates do not say (deploybench.planning.measurement_memory)
+    expected_rate: float | None = None
+    input_bytes: int | None = None
 
     @property
     def path(self) -> str:
@@ -374,6 +378,8 @@ def plan_run(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: 
         engines=engines,
         containers=frozen(run.settings["containers"]),
         perf_input_data=run.settings["perf"].get("input_data"),
+        expected_rate=run.settings["perf"].get("expected_rate"),
+        input_bytes=run.settings["perf"].get("input_bytes"),
         energy=frozen(energy_settings(config, run)),
     )
     return replace(plan, groups=frozen(pack_groups(plan.jobs(), max_runtime, run.path)))

@@ -28,20 +28,46 @@ def _choose(kind: str, value: str, valid: list[str] | dict[str, Any], context: s
         )
 
 
+# libyaml's loader where PyYAML has it: the schema is read at every start of the workflow
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml(path: str | Path) -> Any:
     with open(path) as f:
-        return yaml.safe_load(f)
+        return yaml.load(f, Loader=_SAFE_LOADER)
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """``base`` updated recursively by ``override`` (lists and scalars replace)."""
-    merged = copy.deepcopy(base)
+    """``base`` updated recursively by ``override`` (lists and scalars replace), as new data:
+    neither is modified, nor shares anything mutable with the result."""
+    merged = _copied(base)
+    _merge_into(merged, override)
+    return merged
+
+
+def _merge_into(merged: dict[str, Any], override: dict[str, Any]) -> None:
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
+            _merge_into(merged[key], value)
         else:
-            merged[key] = copy.deepcopy(value)
-    return merged
+            merged[key] = _copied(value)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of config data: plain dicts, lists and scalars copied directly, anything
+    else by copy.deepcopy (which is several times slower on config data: a DAG merges each
+    run's settings)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if kind is list:
+        return [_copied(v) for v in value]
+    if kind in _SCALARS:
+        return value
+    return copy.deepcopy(value)
 
 
 # Converters that change an artifact's precision only (deploybench.convert): a run whose export
@@ -144,7 +170,14 @@ def containers_on(config: dict[str, Any], model: str, gpu: str) -> dict[str, str
 
 def resolve(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: str) -> Run:
     """Check a combination against the config and resolve its settings."""
-    settings = model_settings(config, model, gpu)
+    return _resolve(config, model_settings(config, model, gpu), model, gpu, fmt, precision)
+
+
+def _resolve(
+    config: dict[str, Any], settings: dict[str, Any], model: str, gpu: str, fmt: str, precision: str
+) -> Run:
+    """:func:`resolve` with ``model_settings(config, model, gpu)`` given: ``settings`` is the
+    run's own, only its top level (and its accuracy, copied) set here."""
     _choose("format", fmt, config["formats"])
     gpu_settings = config["gpus"][gpu]
     model_formats = settings["formats"]
@@ -166,9 +199,9 @@ def resolve(config: dict[str, Any], model: str, gpu: str, fmt: str, precision: s
         )
     # fp16 artifacts are checked against the fp32 framework at their own tolerances
     accuracy = settings["accuracy"]
-    accuracy["tolerance"] = accuracy.get("precision_tolerance", {}).get(
-        precision, accuracy["tolerance"]
-    )
+    settings["accuracy"] = accuracy | {
+        "tolerance": accuracy.get("precision_tolerance", {}).get(precision, accuracy["tolerance"])
+    }
     run = Run(model, gpu, fmt, precision, settings, gpu_settings, config["formats"][fmt])
     run.converter  # noqa: B018 - raises if the precision cannot be made
     check_sizes(run)
@@ -241,12 +274,17 @@ def all_runs(config: dict[str, Any]) -> list[str]:
     runs = []
     for model in model_names(config):
         for gpu in sorted(config["gpus"]):
+            try:
+                settings = model_settings(config, model, gpu)  # merged once for its runs
+            except ConfigError:
+                continue
             for fmt in sorted(config["models"][model]["formats"]):
                 for precision in sorted(config["gpus"][gpu]["precisions"]):
                     try:
-                        runs.append(resolve(config, model, gpu, fmt, precision).path)
+                        run = _resolve(config, dict(settings), model, gpu, fmt, precision)
                     except ConfigError:
                         continue
+                    runs.append(run.path)
     return runs
 
 
