@@ -49,15 +49,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.module is not None and item.module.__name__.rpartition(".")[2] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
     # The shared smoke run starts in the background with the session (smoke_run_in_background):
-    # the modules with a test that needs it run last, each whole (its module fixtures are set
-    # up once) with those tests at its end (a SLURM chain runs before its test waits for the
-    # smoke run to compare with it), and the other modules meanwhile. Otherwise the order holds.
+    # the modules with a test that needs it run last, whole (their module fixtures are set up
+    # once), and the others meanwhile. The order within each part is unchanged.
     waiting = {item.module for item in items if uses_smoke_run(item)}
-    modules = list(dict.fromkeys(i.module for i in items if i.module in waiting))
-    items[:] = [i for i in items if i.module not in waiting] + sorted(
-        (i for i in items if i.module in waiting),
-        key=lambda i: (modules.index(i.module), uses_smoke_run(i)),
-    )
+    items[:] = [i for i in items if i.module not in waiting] + [
+        i for i in items if i.module in waiting
+    ]
 
 
 def uses_smoke_run(item: pytest.Item) -> bool:
