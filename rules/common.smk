@@ -597,12 +597,12 @@ def _measurement_mem_mb(model, gpu, fmt, precision, scenario, part):
     # Snakemake evaluates a job's resources more than once
     plan = _run_plan(model, gpu, fmt, precision)
     return dbmemory.plan_measurement_mem_mb(
-        config, plan, scenario, part, table=published_rates()
+        config, plan, scenario, part, table=published_table()
     )
 
 
 @functools.cache
-def published_rates():
+def published_table():
     """The published rates by model entry (what sizes a measurement's memory), read once."""
     return dbmemory.published_table(config)
 
@@ -825,7 +825,7 @@ def candidate_mem_mb(wildcards):
     """For `resources: mem_mb=` of a candidate's measurement: as its run's online job's."""
     plan = search_of(wildcards).variant_plan(wildcards.variant)
     return dbmemory.plan_measurement_mem_mb(
-        config, plan, "online", table=published_rates()
+        config, plan, "online", table=published_table()
     )
 
 
