@@ -278,6 +278,7 @@ class BackgroundSmokeRun:
         self.workdir, self.stdout, self.stderr = workdir, output / "stdout", output / "stderr"
         cmd, env = snakemake_command(workdir, "all", "cpu", "search")
         self.deadline = time.monotonic() + self.TIMEOUT_S
+        self.last_seen_by, self.killed_reported = "the session's start", False
         with self.stdout.open("w") as out, self.stderr.open("w") as err:
             self.proc = subprocess.Popen(
                 cmd, stdout=out, stderr=err, env=env, start_new_session=True
@@ -293,6 +294,21 @@ class BackgroundSmokeRun:
         return subprocess.CompletedProcess(
             self.proc.args, self.proc.returncode, self.stdout.read_text(), self.stderr.read_text()
         )
+
+    def check_alive(self, test: str) -> None:
+        """Fails once, naming the test last seen with it running, if it was killed by a signal
+        (it is never signalled but by ``stop``)."""
+        if self.proc.poll() is None:
+            self.last_seen_by = test
+        elif self.proc.returncode < 0 and not self.killed_reported:
+            self.killed_reported = True
+            signame = signal.Signals(-self.proc.returncode).name
+            pytest.fail(
+                f"the background smoke run was killed ({signame}) during or just after"
+                f" {self.last_seen_by}: a test may stop only its own processes"
+                " (or the OOM killer took it)",
+                pytrace=False,
+            )
 
     def stop(self) -> None:
         """Snakemake stopped as Ctrl-C stops it (its jobs with it), killed after a minute."""
@@ -348,6 +364,22 @@ def smoke_run_in_background(
     run = BackgroundSmokeRun(wd, tmp_path_factory.mktemp("smoke-run-output"))
     yield run
     run.stop()  # a session that ends before its tests (-x, Ctrl-C) leaves nothing running
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_smoke_run_alone(
+    request: pytest.FixtureRequest, smoke_run_in_background: BackgroundSmokeRun | None
+) -> Iterator[None]:
+    """A test during which the background smoke run was killed is named: a test stops only its
+    own processes (the smoke run is a child of this session too). Checked as each test starts
+    and ends (a signal takes a moment to land: the next test's start names the last one)."""
+    run = smoke_run_in_background
+    if run is not None:
+        run.check_alive(request.node.nodeid)
+        yield
+        run.check_alive(request.node.nodeid)
+    else:
+        yield
 
 
 @pytest.fixture(scope="session")

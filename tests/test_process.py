@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from deploybench.process import process_id, runs_snakemake
+from tests.conftest import processes_mentioning
 
 # A job that starts a child with the hook, after making every later libc lookup fail: if the
 # child (between fork and exec) looked anything up, Popen would raise here instead.
@@ -167,7 +168,8 @@ def test_job_stops_as_on_sigterm_when_its_snakemake_is_killed(tmp_path, through)
     finally:
         snakemake.kill()
         snakemake.wait()
-        for left in psutil.Process().children(recursive=True):
+        # this test's processes only: the session's others (the background smoke run) go on
+        for left in processes_mentioning(str(tmp_path)):
             left.kill()
     assert marker.read_text() == "Terminated 143"
 
