@@ -28,7 +28,10 @@ JOB = textwrap.dedent(
 
     ctypes.CDLL = refuse
     child = subprocess.Popen(["sh", "-c", sys.argv[1], "sh", sys.argv[2]], preexec_fn=preexec)
-    print(child.pid, flush=True)
+    # one write with its newline: under PYTHONUNBUFFERED print() writes the two apart, and
+    # the child's "ready" (on the same pipe) can land between them
+    sys.stdout.write(f"{child.pid}\\n")
+    sys.stdout.flush()
     time.sleep(60)
     """
 )
