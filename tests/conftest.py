@@ -378,10 +378,9 @@ def leaves_the_smoke_run_alone(
     run = smoke_run_in_background
     if run is not None:
         run.check_alive(request.node.nodeid)
-        yield
+    yield
+    if run is not None:
         run.check_alive(request.node.nodeid)
-    else:
-        yield
 
 
 @pytest.fixture(scope="session")
