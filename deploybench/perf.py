@@ -22,7 +22,11 @@ until a trial fits ``max_duration_ms``, and the row says ``duration_capped``. A 
 perf_analyzer calls unstable is retried with more requests (as DLE's tooling did); one that
 never stabilises is measured once more with the stability criterion off and kept with
 ``stable=False``: the row is honest about it instead of missing or pretending, and its
-``unstable_reason`` says why (that, or trials that disagree beyond ``max_ci_pct``).
+``unstable_reason`` says why (that, or trials that disagree beyond ``max_ci_pct``). Where
+perf_analyzer may measure only its 3 windows (``max_windows`` 3) its verdict is over exactly the
+windows it measures either way, so it measures them with its criterion off and they are judged
+here by that criterion (:func:`windows_settled`): an unsettled trial keeps its windows instead of
+being measured twice.
 """
 
 from __future__ import annotations
@@ -79,6 +83,13 @@ COLUMNS = CSV_COLUMNS  # the CSV a scenario's measurement writes, in its order
 UNSTABLE_MARKER = "Failed to obtain stable measurement"
 NO_STABILITY_CHECK = "1000"  # --stability-percentage: any variation passes
 WINDOWS = 3  # perf_analyzer merges its last 3 measurement windows into the reported result
+# perf_analyzer's --stability-percentage default (command_line_parser.cc: stability_threshold 0.1)
+STABILITY_PCT = 10.0
+# `-v`'s line for each window (inference_profiler.cc ProfileHelper, the same from client r23.12
+# to perf_analyzer r25.02): its throughput and the latency it stabilises on (average, or pN)
+PASS_LINE = re.compile(
+    r"Pass \[(\d+)\] throughput: (\S+) infer/sec\. (?:Avg|p\d+) latency: (\d+) usec"
+)
 # a count window lasts this long at least (perf_analyzer polls its count once a second)
 MIN_COUNT_WINDOW_S = 1.0
 FLOOR_MARGIN = 1.1  # aim this far above the duration floor: a trial's rate varies
@@ -116,6 +127,12 @@ class MeasureSettings:
     @property
     def time_windows(self) -> bool:
         return self.measurement_mode == "time_windows"
+
+    @property
+    def judged_here(self) -> bool:
+        """Whether a trial's windows are judged here (:func:`windows_settled`), not by
+        perf_analyzer: with ``max_windows`` 3 it measures the same 3 windows either way."""
+        return self.max_windows == WINDOWS
 
     def requests_per_window(self, rate: float | None) -> tuple[int, bool]:
         """The request count per window for a point that completes ``rate`` requests a second
@@ -237,6 +254,7 @@ def perf_command(
     max_windows: int | None = None,
     mode: str = "count_windows",
     profile_export: Path | None = None,
+    verbose: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The perf_analyzer command line for one point (DLE's flags), over ``transport``: ``-i
@@ -247,8 +265,9 @@ def perf_command(
     ``mode``: count_windows (``--measurement-request-count``) or time_windows (windows of
     ``interval_ms``, as perf_client's ``-p``). ``profile_export``: where perf_analyzer writes
     every request's timestamps and its windows' boundaries (``--profile-export-file``, in
-    client r23.12's command_line_parser.cc and profile_data_exporter.cc). ``extra``: the flags
-    of the instruments measuring beside it (``--collect-metrics``: deploybench.instruments).
+    client r23.12's command_line_parser.cc and profile_data_exporter.cc). ``verbose``: ``-v``,
+    a line for each window (:func:`windows_settled` reads them). ``extra``: the flags of the
+    instruments measuring beside it (``--collect-metrics``: deploybench.instruments).
 
     The output shared-memory region (system or CUDA) must hold a whole batch of outputs (an
     nnU-Net volume is 25 MB a sample), so it is sized from the bytes one sample's outputs take.
@@ -280,6 +299,8 @@ def perf_command(
         cmd += ["--max-trials", str(max_windows)]
     if profile_export is not None:  # every request's timestamps (deploybench.tails)
         cmd += ["--profile-export-file", str(profile_export)]
+    if verbose:
+        cmd.append("-v")
     return cmd + list(extra)  # the instruments' (Measurement.instrument_flags)
 
 
@@ -347,6 +368,26 @@ def parse_result(csv_path: Path, stdout: str) -> dict[str, Any]:
     return collect_trial({PERF_ANALYZER: PerfAnalyzerOutput(csv_path, stdout)})
 
 
+def windows_settled(stdout: str, stability_pct: float = STABILITY_PCT) -> bool:
+    """Whether perf_analyzer's last 3 windows (its ``-v`` lines) meet its own stability
+    criterion (inference_profiler.cc DetermineStability, client r23.12 to perf_analyzer r25.02):
+    each window's throughput non-zero, and the largest throughput and the largest latency each
+    at most ``1 + stability_pct / 100`` times the smallest. The lines round throughput to 6
+    digits and latency to whole microseconds, so a ratio that close to the bound may be judged
+    otherwise than perf_analyzer would have."""
+    windows = [(float(t), int(lat)) for _, t, lat in PASS_LINE.findall(stdout)]
+    if len(windows) < WINDOWS:
+        raise PerfError(
+            f"perf_analyzer printed {len(windows)} window lines ('Pass [n] throughput: ...'), "
+            f"{WINDOWS} needed to judge its stability; its output:\n{stdout[-2000:]}"
+        )
+    bound = 1 + stability_pct / 100
+    throughputs, latencies = zip(*windows[-WINDOWS:], strict=True)
+    if min(throughputs) <= 0 or min(latencies) <= 0:
+        return False
+    return max(throughputs) / min(throughputs) <= bound and max(latencies) / min(latencies) <= bound
+
+
 def request_rate(values: dict[str, Any], batch: int) -> float | None:
     """Requests a second of a measurement (perf_analyzer reports inferences a second)."""
     throughput = values.get("throughput")
@@ -405,7 +446,11 @@ def measure_point(
         last: list[tuple[Attempt, list[Any]]] = []  # the last attempt and its instruments' runs
 
         def attempt(
-            requests: int, stability: str | None, windows_of: int = 1, measuring: bool = True
+            requests: int,
+            stability: str | None,
+            windows_of: int = 1,
+            measuring: bool = True,
+            verbose: bool = False,
         ) -> tuple[int, str]:
             measurement.check_server()
             result_csv.unlink(missing_ok=True)
@@ -438,6 +483,7 @@ def measure_point(
                 max_windows=settings.max_windows,
                 mode=settings.measurement_mode,
                 profile_export=export if this.recording else None,
+                verbose=verbose,
                 extra=measurement.instrument_flags(),
             )
             with contextlib.ExitStack() as stack:
@@ -464,23 +510,30 @@ def measure_point(
         floor_s = settings.min_duration_ms / 1000
         requests, capped = settings.requests_per_window(rate)
         attempts = unstable = short = 0
-        stability: str | None = None  # perf_analyzer's own criterion, until it never holds
+        judged_here = settings.judged_here
+        # perf_analyzer's own criterion, until it never holds; judged here: always off
+        stability: str | None = NO_STABILITY_CHECK if judged_here else None
+        given_up = False  # retries spent: the next measurement is kept, settled or not
         while True:
             attempts += 1
-            code, out = attempt(requests, stability)
-            if code != 0:
-                if stability is not None:
-                    raise PerfError(f"perf_analyzer could not measure {point}:\n{out[-2000:]}")
+            code, out = attempt(requests, stability, verbose=judged_here)
+            if code != 0 and stability is not None:
+                raise PerfError(f"perf_analyzer could not measure {point}:\n{out[-2000:]}")
+            settled = code == 0 and (windows_settled(out) if judged_here else stability is None)
+            if not settled and not given_up:
                 unstable += 1
                 log.warning("%s unstable with %d requests (try %d)", point, requests, attempts)
                 if unstable > settings.max_retries:
-                    stability = NO_STABILITY_CHECK  # measured once more, kept as unstable
+                    given_up = True
+                    if not judged_here:  # perf_analyzer reported nothing: once more, kept
+                        stability = NO_STABILITY_CHECK
+                        continue
+                else:
+                    requests += settings.retry_request_step
+                    limit = settings.request_limit(rate)
+                    if limit is not None:  # retries stay within the duration cap
+                        requests = min(requests, limit)
                     continue
-                requests += settings.retry_request_step
-                limit = settings.request_limit(rate)
-                if limit is not None:  # retries stay within the duration cap
-                    requests = min(requests, limit)
-                continue
             # the trial's tools' outputs → its values (collectors.collect_trial)
             this, ran = last[0]
             if this.unrecorded:
@@ -521,7 +574,7 @@ def measure_point(
             if settings.time_windows:  # the requests its windows held, not a count asked for
                 held = values.get("measured_requests")
                 requests = math.ceil(held / WINDOWS) if held else 0
-            return _row(point, values, requests, stability is None, attempts, capped)
+            return _row(point, values, requests, settled, attempts, capped)
 
 
 def measure_trials(
@@ -604,7 +657,8 @@ def unstable_reason(
     throttled: Sequence[str] = (),
 ) -> str:
     """Why a point is not stable ("" when it is): perf_analyzer did not settle in some of its
-    trials (it was measured once more with its criterion off), and/or (with two trials or
+    trials (each kept: measured once more with its criterion off, or its 3 windows judged
+    here), and/or (with two trials or
     more) the throughput's 95 % interval is wider than ``max_ci_pct`` % of the mean, and/or a
     thermal or hardware slowdown held the GPU's clocks down for more than
     ``energy.max_slowdown_fraction`` of some trials (``throttled``: each such trial's

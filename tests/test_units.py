@@ -181,6 +181,96 @@ def test_never_stable_point_is_kept_and_flagged(tmp_path, monkeypatch):
     assert calls.read_text().split("\n")[:-1] == ["50 ", "100 ", "100 1000"]
 
 
+# stand-in perf_analyzer with `-v`: 3 windows' lines, as perf_analyzer prints them, that settle
+# (throughput and latency within 10 %) from {ok} requests a window on, and do not below
+JUDGED = """#!/usr/bin/env bash
+{export}count=0; out=""; args="$*"
+while [ $# -gt 0 ]; do
+  case "$1" in --measurement-request-count) count=$2; shift;; -f) out=$2; shift;; esac; shift
+done
+echo "$args" >> {calls}
+if [ "$count" -lt {ok} ]; then passes="100 7000 150.5 6100 100 7000"; else passes="100 7000 109.9 6400 105 6800"; fi
+set -- $passes; n=1
+while [ $# -gt 0 ]; do
+  echo "  Pass [$n] throughput: $1 infer/sec. Avg latency: $2 usec (std 900 usec). "
+  shift 2; n=$((n + 1))
+done
+printf 'Client: \\n    Request count: %d\\n' $((count * 3))
+write_export $((count * 3))
+cat > "$out" <<CSV
+{csv}CSV
+"""
+
+
+def judged_stand_in(tmp_path, monkeypatch, ok):
+    calls = tmp_path / "calls"
+    _fake_perf_analyzer(
+        tmp_path,
+        monkeypatch,
+        JUDGED.format(ok=ok, calls=calls, csv=PA_CSV, export=PROFILE_EXPORT),
+    )
+    return calls
+
+
+def judged(calls):
+    """Each call's request count, and whether it asked for `-v` with the criterion off."""
+    lines = calls.read_text().split("\n")[:-1]
+    return [
+        (int(line.split("--measurement-request-count ")[1].split()[0]), line.endswith(" -v"))
+        for line in lines
+        if "--stability-percentage 1000" in line
+    ], len(lines)
+
+
+@pytest.mark.parametrize(("ok", "stable"), [(50, True), (10**6, False)])
+def test_three_windows_are_measured_once_and_judged_by_perf_analyzers_criterion(
+    tmp_path, monkeypatch, ok, stable
+):
+    """max_windows 3: perf_analyzer would measure these same 3 windows with its criterion on,
+    so a trial is one measurement, judged here; an unsettled one is kept, not measured again."""
+    calls = judged_stand_in(tmp_path, monkeypatch, ok)
+    settings = perf.MeasureSettings(request_count=50, max_retries=0, warmup_factor=0, max_windows=3)
+    row = measure(tmp_path, settings)
+    assert row["stable"] is stable and row["attempts"] == 1
+    assert judged(calls) == ([(50, True)], 1)
+
+
+def test_an_unsettled_judged_trial_is_retried_with_more_requests_first(tmp_path, monkeypatch):
+    calls = judged_stand_in(tmp_path, monkeypatch, ok=150)
+    settings = perf.MeasureSettings(
+        request_count=50, max_retries=1, retry_request_step=50, warmup_factor=0, max_windows=3
+    )
+    row = measure(tmp_path, settings)
+    # 50 and 100 do not settle; the one retry spent, the 100's windows are kept
+    assert row["stable"] is False and row["attempts"] == 2 and row["request_count"] == 100
+    assert judged(calls) == ([(50, True), (100, True)], 2)
+
+
+@pytest.mark.parametrize(
+    ("passes", "settled"),
+    [
+        ([(100.0, 7000), (110.0, 7000), (105.0, 7700)], True),  # both at the 10 % bound
+        ([(100.0, 7000), (110.1, 7000), (105.0, 7000)], False),  # throughput past it
+        ([(100.0, 7000), (100.0, 7701), (100.0, 7000)], False),  # latency past it
+        ([(100.0, 7000), (0.0, 7000), (100.0, 7000)], False),  # a window with nothing done
+        ([(50.0, 9000), (100.0, 7000), (100.0, 7000), (100.0, 7000)], True),  # the last 3
+    ],
+)
+def test_windows_settled_is_perf_analyzers_criterion(passes, settled):
+    out = "".join(
+        f"  Pass [{n}] throughput: {t:g} infer/sec. Avg latency: {lat} usec (std 1 usec). \n"
+        for n, (t, lat) in enumerate(passes, 1)
+    )
+    assert perf.windows_settled(out) is settled
+    p99 = out.replace("Avg latency", "p99 latency").replace(" (std 1 usec). ", "")
+    assert perf.windows_settled(p99) is settled
+
+
+def test_too_few_window_lines_are_an_error_naming_them():
+    with pytest.raises(PerfError, match="printed 2 window lines"):
+        perf.windows_settled("  Pass [1] throughput: 1 infer/sec. Avg latency: 5 usec\n" * 2)
+
+
 TIME_WINDOWS = """#!/usr/bin/env bash
 # stand-in perf_analyzer in time windows: 40 requests a window of any length
 {export}args="$*"; out=""
