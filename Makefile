@@ -3,6 +3,12 @@
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
+# Python writes its bytecode cache (__pycache__) in every command here: a machine that sets
+# PYTHONDONTWRITEBYTECODE=1 (this one does) makes each process compile again every module it
+# imports, and a run or the tests start hundreds (importing snakemake, pandas, torch and altair
+# took 11-12 s that way against 5 s from the cache; docs/tests.md "Where the time goes").
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: setup driver demo test test-fast test-under-load lint bench clean locks
 
 setup: $(STAMP)
