@@ -8,11 +8,15 @@ A script gets it with ``PROFILE_EXPORT`` at its top (before it parses its argume
 ``write_export <requests in the measured windows>`` where it writes its CSV.
 
     python tests/perf_standin.py <path> <requests> [latency_ms]
+
+``PERF_STANDIN_WINDOW_S`` in its environment: another window length (a test that reads a meter
+over the windows makes them long enough that a loaded machine's late ticks stay small beside them).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,13 +25,15 @@ WINDOWS = 3
 WINDOW_S = 0.02
 
 
-def write_export(path: Path, requests: int, latency_ms: float = 5.0) -> None:
-    """``requests`` evenly spread over 3 windows of 20 ms, measured now (as the real one's
+def write_export(
+    path: Path, requests: int, latency_ms: float = 5.0, window_s: float = WINDOW_S
+) -> None:
+    """``requests`` evenly spread over 3 windows of ``window_s``, measured now (as the real one's
     windows pass while it runs: a meter sampled around the process spans them), each request
     ``latency_ms`` long, and one more request before the windows (which they leave out)."""
     start = time.time_ns()
-    time.sleep(WINDOWS * WINDOW_S)
-    end = start + int(WINDOWS * WINDOW_S * 1e9)
+    time.sleep(WINDOWS * window_s)
+    end = start + int(WINDOWS * window_s * 1e9)
     latency = int(latency_ms * 1e6)
     ends = [start + (i + 1) * (end - start) // (requests + 1) for i in range(requests)]
     records = [{"timestamp": start - 2 * latency, "response_timestamps": [start - latency]}]
@@ -48,4 +54,9 @@ write_export() {{ [ -z "$export_file" ] || "{sys.executable}" "{Path(__file__)}"
 """
 
 if __name__ == "__main__":
-    write_export(Path(sys.argv[1]), int(sys.argv[2]), *(float(a) for a in sys.argv[3:4]))
+    write_export(
+        Path(sys.argv[1]),
+        int(sys.argv[2]),
+        *(float(a) for a in sys.argv[3:4]),
+        window_s=float(os.environ.get("PERF_STANDIN_WINDOW_S", WINDOW_S)),
+    )
