@@ -36,10 +36,13 @@ locks: setup
 	$(VENV)/bin/python -m deploybench.locks
 
 # envs/test-packages.sh: Debian packages for the tests (SLURM and munge for tests/test_slurm.py,
-# debootstrap for tests/test_image_rehearsal.py, chromium for tests/test_browser.py)
+# debootstrap for tests/test_image_rehearsal.py, chromium for tests/test_browser.py).
+# Two pytest-xdist workers, a module whole on one (its module fixtures set up once) and in the
+# collected order (the smoke run's modules last, tests/conftest.py); the shared smoke run is one
+# for both. Two, not one a core: a SLURM cluster and the smoke run are one each (docs/tests.md).
 test: setup lint
 	bash envs/test-packages.sh
-	$(VENV)/bin/pytest -ra --durations=25
+	$(VENV)/bin/pytest -ra --durations=25 -n 2 --dist loadfile --no-loadscope-reorder
 
 # The inner loop: the unit tests, no real process started (under 3 minutes; docs/tests.md)
 test-fast: setup

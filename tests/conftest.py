@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.metadata
 import importlib.util
 import json
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -268,23 +270,72 @@ def config() -> dict[str, Any]:
     return base_config()
 
 
+# `make test` runs the suite on two pytest-xdist workers (docs/tests.md "Where the time goes"):
+# the name of this one ("gw0", "gw1"), None in a plain pytest session.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+# Ctrl-C (pytest_keyboard_interrupt): a worker's session ends without waiting for the smoke run
+INTERRUPTED = threading.Event()
+
+
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    INTERRUPTED.set()
+
+
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every worker of this session shares (their own folders' parent)."""
+    return tmp_path_factory.getbasetemp().parent
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (made if missing) among this session's workers."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# beside the smoke run's output: the command lines of the processes it left when it ended
+LEFT_BEHIND = "left-behind.json"
+
+
 class BackgroundSmokeRun:
     """The shared smoke run's Snakemake, started in the background in a session of its own
-    (its process group: stopped whole), its output in files beside the run's folder."""
+    (its process group: stopped whole), its output in files beside the run's folder, and its
+    exit status in ``returncode`` there once it ends (the other workers wait for that file)."""
 
     # about 15 minutes on an idle machine, longer beside the other tests; allow for a machine
     # shared with other work
     TIMEOUT_S = 3000
 
     def __init__(self, workdir: Path, output: Path) -> None:
-        self.workdir, self.stdout, self.stderr = workdir, output / "stdout", output / "stderr"
+        self.workdir, self.output = workdir, output
+        self.stdout, self.stderr = output / "stdout", output / "stderr"
+        self.returncode_file = output / "returncode"
         cmd, env = snakemake_command(workdir, "all", "cpu", "search")
+        if XDIST_WORKER and os.geteuid() == 0:
+            # ahead of the two workers' tests on two cores: the tests that need it wait for it
+            cmd = ["nice", "-n", "-5", *cmd]
         self.deadline = time.monotonic() + self.TIMEOUT_S
         self.last_seen_by, self.killed_reported = "the session's start", False
         with self.stdout.open("w") as out, self.stderr.open("w") as err:
             self.proc = subprocess.Popen(
                 cmd, stdout=out, stderr=err, env=env, start_new_session=True
             )
+        self.recorder = threading.Thread(target=self._record_end, daemon=True)
+        self.recorder.start()
+
+    def _record_end(self) -> None:
+        """Its exit status, and the processes it left (before any test uses its folder: the
+        other worker's tests run commands on it), in its output folder."""
+        code = self.proc.wait()
+        left = [" ".join(proc.info["cmdline"]) for proc in processes_mentioning(str(self.workdir))]
+        (self.output / LEFT_BEHIND).write_text(json.dumps(left))
+        written = self.returncode_file.with_suffix(".partial")
+        written.write_text(str(code))
+        written.rename(self.returncode_file)  # whole, or not there
 
     def wait(self) -> subprocess.CompletedProcess[str]:
         """Its end (stopped at the deadline: a timeout fails the test that waits)."""
@@ -293,6 +344,7 @@ class BackgroundSmokeRun:
         except subprocess.TimeoutExpired:
             self.stop()
             raise
+        self.recorder.join()
         return subprocess.CompletedProcess(
             self.proc.args, self.proc.returncode, self.stdout.read_text(), self.stderr.read_text()
         )
@@ -305,9 +357,10 @@ class BackgroundSmokeRun:
         elif self.proc.returncode < 0 and not self.killed_reported:
             self.killed_reported = True
             signame = signal.Signals(-self.proc.returncode).name
+            elsewhere = " (or a test on the other worker)" if XDIST_WORKER else ""
             pytest.fail(
                 f"the background smoke run was killed ({signame}) during or just after"
-                f" {self.last_seen_by}: a test may stop only its own processes"
+                f" {self.last_seen_by}{elsewhere}: a test may stop only its own processes"
                 " (or the OOM killer took it)",
                 pytrace=False,
             )
@@ -326,10 +379,35 @@ class BackgroundSmokeRun:
             self.proc.wait()
 
 
+class SmokeRunOfAnotherWorker:
+    """The shared smoke run as a worker that did not start it sees it: its folder, and its end
+    when the worker that started it writes its exit status."""
+
+    def __init__(self, workdir: Path, output: Path) -> None:
+        self.workdir, self.output = workdir, output
+        self.deadline = time.monotonic() + BackgroundSmokeRun.TIMEOUT_S
+
+    def wait(self) -> subprocess.CompletedProcess[str]:
+        returncode = self.output / "returncode"
+        while not returncode.exists():
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f"the smoke run in {self.workdir} did not end in time")
+            time.sleep(1)
+        text = {name: (self.output / name).read_text() for name in ("stdout", "stderr")}
+        code = int(returncode.read_text())
+        return subprocess.CompletedProcess([], code, text["stdout"], text["stderr"])
+
+    def check_alive(self, test: str) -> None:
+        """The worker that started it checks it."""
+
+    def stop(self) -> None:
+        """The worker that started it stops it."""
+
+
 @pytest.fixture(scope="session", autouse=True)
 def smoke_run_in_background(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BackgroundSmokeRun | None]:
+) -> Iterator[BackgroundSmokeRun | SmokeRunOfAnotherWorker | None]:
     """One real run of every model on the CPU default at smoke sizes (shared by e2e tests):
     the default target, rule `cpu` (fp32) and TFT's 2x2 grid search (`search`), through real
     tritonserver and perf_analyzer, started with the session when a selected test needs it
@@ -343,7 +421,18 @@ def smoke_run_in_background(
     ):
         yield None
         return
-    wd = tmp_path_factory.mktemp("smoke-run")
+    if XDIST_WORKER:  # one run for the workers: the first to make the folder starts it
+        shared = shared_folder(tmp_path_factory)
+        wd, output = shared / "smoke-run", shared / "smoke-run-output"
+        try:
+            output.mkdir()
+        except FileExistsError:
+            yield SmokeRunOfAnotherWorker(wd, output)
+            return
+        wd.mkdir()
+    else:
+        wd = tmp_path_factory.mktemp("smoke-run")
+        output = tmp_path_factory.mktemp("smoke-run-output")
     config = smoke_config()
     # The default run's TFT serves a checkpoint as DLE 23.04+'s train.py writes it
     # (``TFTpart2.`` names), with the weights of the DLE reference fixture.
@@ -363,14 +452,19 @@ def smoke_run_in_background(
         "nvml_library": str(library),
     }
     write_config(wd, config)
-    run = BackgroundSmokeRun(wd, tmp_path_factory.mktemp("smoke-run-output"))
+    run = BackgroundSmokeRun(wd, output)
     yield run
+    if XDIST_WORKER and not INTERRUPTED.is_set() and not request.session.shouldstop:
+        # the other worker may be waiting for it: this one ran out of tests first
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run.wait()
     run.stop()  # a session that ends before its tests (-x, Ctrl-C) leaves nothing running
 
 
 @pytest.fixture(autouse=True)
 def leaves_the_smoke_run_alone(
-    request: pytest.FixtureRequest, smoke_run_in_background: BackgroundSmokeRun | None
+    request: pytest.FixtureRequest,
+    smoke_run_in_background: BackgroundSmokeRun | SmokeRunOfAnotherWorker | None,
 ) -> Iterator[None]:
     """A test during which the background smoke run was killed is named: a test stops only its
     own processes (the smoke run is a child of this session too). Checked as each test starts
@@ -384,7 +478,9 @@ def leaves_the_smoke_run_alone(
 
 
 @pytest.fixture(scope="session")
-def smoke_run(smoke_run_in_background: BackgroundSmokeRun | None) -> Path:
+def smoke_run(
+    smoke_run_in_background: BackgroundSmokeRun | SmokeRunOfAnotherWorker | None,
+) -> Path:
     """The shared smoke run's folder, once it has finished (smoke_run_in_background)."""
     reuse = os.environ.get("DEPLOYBENCH_SMOKE_RUN")
     if reuse:
@@ -392,7 +488,7 @@ def smoke_run(smoke_run_in_background: BackgroundSmokeRun | None) -> Path:
     assert smoke_run_in_background is not None
     result = smoke_run_in_background.wait()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    assert processes_mentioning(str(smoke_run_in_background.workdir)) == []
+    assert json.loads((smoke_run_in_background.output / LEFT_BEHIND).read_text()) == []
     return smoke_run_in_background.workdir
 
 
@@ -401,12 +497,24 @@ def reported(
     smoke_run: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[str, int]]:
     """A copy of the shared CPU run with `snakemake report` run in it, and the jobs its dry run
-    planned (tests/test_report.py, tests/test_browser.py)."""
-    work = tmp_path_factory.mktemp("report") / "work"
+    planned (tests/test_report.py, tests/test_browser.py): made once for the workers."""
+    if not XDIST_WORKER:
+        return _reported(smoke_run, tmp_path_factory.mktemp("report"))
+    shared = shared_folder(tmp_path_factory)
+    with locked(shared / "report.lock"):
+        return _reported(smoke_run, shared / "report")
+
+
+def _reported(smoke_run: Path, folder: Path) -> tuple[Path, dict[str, int]]:
+    """``reported`` in ``folder``, or what an earlier call made there."""
+    work, made = folder / "work", folder / "planned.json"
+    if made.exists():
+        return work, json.loads(made.read_text())
     shutil.copytree(smoke_run, work, symlinks=True)
     planned = planned_jobs(run_snakemake(work, "-n", "report"))
     result = run_snakemake(work, "report")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    made.write_text(json.dumps(planned))
     return work, planned
 
 
