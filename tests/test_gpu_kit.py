@@ -48,6 +48,8 @@ from tests.test_server import wait_no_processes
 BUNDLE = REPO / "benchmarks" / "gpu" / "kit" / "bundle.py"
 KIT_CONFIG = REPO / "benchmarks" / "gpu" / "kit" / "kit.yaml"
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+# the device command's run on the CPU entry: its online points (concurrency), one trial each
+ONLINE_POINTS = [1, 2, 3, 4, 5]
 
 
 def start_kit_build(out: Path, *args: str, nice: int = 0) -> subprocess.Popen[str]:
@@ -217,22 +219,21 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     partial, in the summary, the table and the archive."""
     tree = working_tree_copy(tmp_path / "tree")
     out, kit_dir = tmp_path / "out", tmp_path / "unpacked"
-    # three online points, so that the cut comes with one finished and others not: trials
-    # alternate between points (perf.measure_trials), so the first point finishes in the last
-    # round, and the points after it leave the cut two trials to land (one was too few for a
-    # loaded CI machine: the run finished first). Two trials a point, not the smoke sizing's
-    # three: the last round is then the second, with the same two trials left after the first
-    # point, and every scenario's points measured in two thirds of the time (what is checked
-    # here is the chain, not the statistics: the smoke run checks those)
-    three_points = tmp_path / "three-online-points.yaml"
-    perf = {"trials": 2, "online": {"concurrency": [1, 2, 3], "batch": 1}}
-    three_points.write_text(yaml.safe_dump({"sizings": {"cpu": {"tft": {"perf": perf}}}}))
+    # five online points of one trial each, so that the cut comes with one finished and
+    # others not: the first point finishes with its trial, and the four after it leave the
+    # cut four trials (3 s at least each) to land. Two left were too few for a CI machine
+    # running two test workers beside the smoke run: the cut came 10 s after the first point,
+    # as the run finished. One trial a point, not the smoke sizing's three: what is checked
+    # here is the chain, not the statistics (the smoke run checks those).
+    five_points = tmp_path / "five-online-points.yaml"
+    perf = {"trials": 1, "online": {"concurrency": ONLINE_POINTS, "batch": 1}}
+    five_points.write_text(yaml.safe_dump({"sizings": {"cpu": {"tft": {"perf": perf}}}}))
     env = kit_environment(
         out,
         device_image_python,
         local_kit,
         kit_dir,
-        KIT_CONFIGFILES=f"config/smoke.yaml {three_points}",
+        KIT_CONFIGFILES=f"config/smoke.yaml {five_points}",
         # a 2-core CI machine at smoke size: more than a GPU call's 540 s
         KIT_BUDGET_S="900",
         # the in-process checks as on a GPU, on the CPU at smoke size
@@ -256,11 +257,12 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     assert "\n  offline: complete\n" in kept_section, kept_section
     # the cut comes as the first point finishes; the next may finish a trial later only if
     # the cut took a whole trial to land, and then both are listed (never a finished run)
-    said = re.search(r"\n  online: (\d) of 3 points kept \((.+)\)", kept_section)
+    planned = len(ONLINE_POINTS)
+    said = re.search(rf"\n  online: (\d) of {planned} points kept \((.+)\)", kept_section)
     assert said, kept_section
     points_kept = int(said.group(1))
-    expected = ["batch 1 conc. 1", "batch 1 conc. 2", "batch 1 conc. 3"][:points_kept]
-    assert 1 <= points_kept < 3 and said.group(2) == ", ".join(expected), kept_section
+    expected = [f"batch 1 conc. {c}" for c in ONLINE_POINTS][:points_kept]
+    assert 1 <= points_kept < planned and said.group(2) == ", ".join(expected), kept_section
     environment = json.loads((out / "environment.json").read_text())
     # the kit's server and perf_analyzer, under NumPy 2 as on the GPU image
     assert environment["numpy"].startswith("2.")
@@ -302,7 +304,7 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
         offline = pd.read_csv(back / "offline.csv")
         assert len(offline) == 2  # the smoke sizing's points
         assert (offline["throughput"] > 0).all()
-    assert len(pd.read_csv(tmp_path / "back" / runs[0] / "online.csv")) == 3
+    assert len(pd.read_csv(tmp_path / "back" / runs[0] / "online.csv")) == planned
     # the smoke run's offline batch 1 beside the published A100 ts-trace row of electricity
     # (205 infer/s; traffic's is 200.3), each column named by what measured it
     beside = (out / "beside_published.md").read_text()
@@ -315,7 +317,7 @@ def test_the_device_command_runs_the_cpu_entry_end_to_end(local_kit, device_imag
     assert "accuracy: passed" in summary and "offline" in summary and "online" in summary
     assert "ts-trace/fp16" in summary
     # fp16's online point that finished, marked partial; the other not shown
-    assert f"PARTIAL: {points_kept} of 3 points finished" in summary, summary
+    assert f"PARTIAL: {points_kept} of {planned} points finished" in summary, summary
     partial_row = r"^\| online \| 1 \| 1 \| .+ \| .+ \(partial\); [^|]+ \|$"
     assert re.search(partial_row, beside, re.MULTILINE), beside
     assert "no GPU" in (out / "gpu-apps.csv").read_text()

@@ -78,6 +78,24 @@ def _flag(value: Any) -> bool:
     return _present(value) and str(value).strip().lower() in ("true", "1")
 
 
+def throughput_cell(point: pd.Series) -> str:
+    """The point's throughput ± its 95 % half-width (none with one trial)."""
+    half = point.get("throughput_ci95")
+    return f"{point.throughput:.1f}" + (f" ± {float(half):.1f}" if _present(half) else "")
+
+
+def trials_text(frames: list[pd.DataFrame | None]) -> str:
+    """How many trials the runs' points had ("2 trials a point"), from their rows."""
+    counts = sorted(
+        {int(t) for f in frames if f is not None and "trials" in f for t in f["trials"].dropna()}
+    )
+    if not counts:
+        return "trials a point not recorded"
+    return " or ".join(map(str, counts)) + (
+        " trial a point" if counts == [1] else " trials a point"
+    )
+
+
 def energy_cell(point: pd.Series) -> str:
     """The point's energy per inference in mJ ± its 95 % half-width (none with one trial), and
     "throttled (<reasons>)" when a thermal or hardware slowdown throttled the GPU in a trial
@@ -160,7 +178,7 @@ def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) ->
                     continue
                 point = hit.iloc[0]
                 cells.append(
-                    f"{point.throughput:.1f} ± {point.throughput_ci95:.1f}, {point.p99_latency_ms:.2f}"
+                    f"{throughput_cell(point)}, {point.p99_latency_ms:.2f}"
                     + ("" if point.stable else " (unstable)")
                     + (" (partial)" if _flag(point.get("partial")) else "")
                     + f"; {energy_cell(point)}"
@@ -172,7 +190,8 @@ def table(results: Path, gpu: str, published_gpu: str, precisions: list[str]) ->
         "ran fp32 weights; the NGC "
         f"images the seed page names, native `pytorch_libtorch` backend). {gpu}: this "
         "workflow's kit, served by pytriton's Triton 2.51 python backend (a "
-        "host-memory hop per request), no NGC image, the kit's sizing (2 trials a point)."
+        "host-memory hop per request), no NGC image, the kit's sizing "
+        f"({trials_text([f for p in precisions for f in frames[p]])})."
     )
     lines.append("")
     lines.append(
