@@ -297,8 +297,10 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-# beside the smoke run's output: the command lines of the processes it left when it ended
+# beside the smoke run's output: the command lines of the processes it left when it ended, and
+# then its exit status (the file the other workers wait for)
 LEFT_BEHIND = "left-behind.json"
+RETURNCODE = "returncode"
 
 
 class BackgroundSmokeRun:
@@ -313,7 +315,7 @@ class BackgroundSmokeRun:
     def __init__(self, workdir: Path, output: Path) -> None:
         self.workdir, self.output = workdir, output
         self.stdout, self.stderr = output / "stdout", output / "stderr"
-        self.returncode_file = output / "returncode"
+        self.returncode_file = output / RETURNCODE
         cmd, env = snakemake_command(workdir, "all", "cpu", "search")
         if XDIST_WORKER and os.geteuid() == 0:
             # ahead of the two workers' tests on two cores: the tests that need it wait for it
@@ -388,7 +390,7 @@ class SmokeRunOfAnotherWorker:
         self.deadline = time.monotonic() + BackgroundSmokeRun.TIMEOUT_S
 
     def wait(self) -> subprocess.CompletedProcess[str]:
-        returncode = self.output / "returncode"
+        returncode = self.output / RETURNCODE
         while not returncode.exists():
             if time.monotonic() > self.deadline:
                 raise TimeoutError(f"the smoke run in {self.workdir} did not end in time")

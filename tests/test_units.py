@@ -133,13 +133,14 @@ def _fake_perf_analyzer(tmp_path, monkeypatch, body):
     monkeypatch.setenv("DEPLOYBENCH_PERF_ANALYZER", str(script))
 
 
-def stand_in(tmp_path, monkeypatch, ok=0):
-    """The stand-in perf_analyzer; returns the file its calls are recorded in."""
+def stand_in(tmp_path, monkeypatch, ok=0, script=STAND_IN):
+    """The stand-in perf_analyzer (``script``: STAND_IN, or JUDGED with its window lines);
+    returns the file its calls are recorded in."""
     calls = tmp_path / "calls"
     _fake_perf_analyzer(
         tmp_path,
         monkeypatch,
-        STAND_IN.format(ok=ok, calls=calls, csv=PA_CSV, export=PROFILE_EXPORT),
+        script.format(ok=ok, calls=calls, csv=PA_CSV, export=PROFILE_EXPORT),
     )
     return calls
 
@@ -202,16 +203,6 @@ cat > "$out" <<CSV
 """
 
 
-def judged_stand_in(tmp_path, monkeypatch, ok):
-    calls = tmp_path / "calls"
-    _fake_perf_analyzer(
-        tmp_path,
-        monkeypatch,
-        JUDGED.format(ok=ok, calls=calls, csv=PA_CSV, export=PROFILE_EXPORT),
-    )
-    return calls
-
-
 def judged(calls):
     """Each call's request count, and whether it asked for `-v` with the criterion off."""
     lines = calls.read_text().split("\n")[:-1]
@@ -228,7 +219,7 @@ def test_three_windows_are_measured_once_and_judged_by_perf_analyzers_criterion(
 ):
     """max_windows 3: perf_analyzer would measure these same 3 windows with its criterion on,
     so a trial is one measurement, judged here; an unsettled one is kept, not measured again."""
-    calls = judged_stand_in(tmp_path, monkeypatch, ok)
+    calls = stand_in(tmp_path, monkeypatch, ok, script=JUDGED)
     settings = perf.MeasureSettings(request_count=50, max_retries=0, warmup_factor=0, max_windows=3)
     row = measure(tmp_path, settings)
     assert row["stable"] is stable and row["attempts"] == 1
@@ -236,7 +227,7 @@ def test_three_windows_are_measured_once_and_judged_by_perf_analyzers_criterion(
 
 
 def test_an_unsettled_judged_trial_is_retried_with_more_requests_first(tmp_path, monkeypatch):
-    calls = judged_stand_in(tmp_path, monkeypatch, ok=150)
+    calls = stand_in(tmp_path, monkeypatch, ok=150, script=JUDGED)
     settings = perf.MeasureSettings(
         request_count=50, max_retries=1, retry_request_step=50, warmup_factor=0, max_windows=3
     )
