@@ -70,6 +70,23 @@ def write_json(path: Path | str, data: Any) -> None:
 
 
 SKIPPED = {".snakemake_timestamp"}
+# Python's bytecode cache: a model repository's `model.py` is imported by the server's python
+# backend stub, which writes `1/__pycache__/` into the repository after the job that made it
+# (with PYTHONDONTWRITEBYTECODE set too, seen in the smoke run). Derived from the `.py` beside it.
+BYTECODE_CACHE = "__pycache__"
+
+
+def content_files(directory: Path | str) -> list[Path]:
+    """A directory's files, sorted, less what others write into it later: Snakemake's
+    timestamp in a directory output and Python's bytecode caches."""
+    directory = Path(directory)
+    return sorted(
+        p
+        for p in directory.rglob("*")
+        if p.is_file()
+        and p.name not in SKIPPED
+        and BYTECODE_CACHE not in p.relative_to(directory).parts
+    )
 
 
 def sha256_of(path: Path | str, chunk: int = 1 << 22) -> str:
@@ -78,8 +95,7 @@ def sha256_of(path: Path | str, chunk: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     files = [path]
     if path.is_dir():
-        # Snakemake drops a timestamp file into directory outputs after the job has ended
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in SKIPPED)
+        files = content_files(path)
     for file in files:
         if file != path:
             digest.update(file.relative_to(path).as_posix().encode() + b"\0")

@@ -43,17 +43,15 @@ def partial_path(csv: Path | str) -> Path:
 
 def fingerprint(spec: Mapping[str, Any], repository: Path | str) -> str:
     """What a kept trial must have been measured with: the job's spec less its points, and
-    the model repository's files (name, size, modification time) less the engine caches a
-    server writes into it while it loads."""
-    from .io import SKIPPED  # Snakemake's timestamp in a directory output, not the model's
+    the model repository's files (name, size, modification time) less what a server writes
+    into it while it loads (engine caches, the python backend's bytecode cache)."""
+    from .io import content_files
     from .model_repository import engine_caches
 
     repository = Path(repository)
     caches = [c.resolve() for c in engine_caches(repository)]
     files = []
-    for path in sorted(repository.rglob("*")):
-        if not path.is_file() or path.name in SKIPPED:
-            continue
+    for path in content_files(repository):
         if any(path.resolve().is_relative_to(cache) for cache in caches):
             continue
         stat = path.stat()

@@ -443,3 +443,26 @@ def test_directory_digest_sees_content_not_snakemakes_timestamp(tmp_path):
     assert sha256_of(tmp_path) == before
     (tmp_path / "variables" / "v.data").write_bytes(b"weight")
     assert sha256_of(tmp_path) != before
+
+
+def test_a_servers_bytecode_cache_leaves_a_repositorys_digest_and_fingerprint_as_they_were(
+    tmp_path,
+):
+    """Triton's python backend stub imports `1/model.py` and writes `1/__pycache__/` into the
+    repository after the job that made it: kept trials and the recorded digest must still
+    match, and a change to `model.py` itself must not."""
+    from deploybench.io import sha256_of
+    from deploybench.partial import fingerprint
+
+    version = tmp_path / "tft" / "1"
+    version.mkdir(parents=True)
+    (tmp_path / "tft" / "config.pbtxt").write_text('name: "tft"\nbackend: "python"\n')
+    (version / "model.py").write_text("class TritonPythonModel: ...\n")
+    spec = {"scenario": "online", "points": [[1, 1]]}
+    digest, kept = sha256_of(tmp_path), fingerprint(spec, tmp_path)
+    (version / "__pycache__").mkdir()
+    (version / "__pycache__" / "model.cpython-312.pyc").write_bytes(b"\x00bytecode")
+    assert (sha256_of(tmp_path), fingerprint(spec, tmp_path)) == (digest, kept)
+    (version / "model.py").write_text("class TritonPythonModel: pass\n")
+    assert sha256_of(tmp_path) != digest
+    assert fingerprint(spec, tmp_path) != kept
