@@ -605,7 +605,8 @@ def preflight_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
     try:
         result = slurm_snakemake(
             wd, "preflight", "--config", "targets=[tft/A30/trt/fp16]", *CLUSTER_ARGS,
-            "--keep-going", "--verbose", timeout_s=300,
+            # 70 s alone, about 2 min in CI: it runs beside the smoke run and the other worker
+            "--keep-going", "--verbose", timeout_s=600,
         )  # fmt: skip
         out = result.stdout + result.stderr
         (wd / "snakemake.out").write_text(out)
