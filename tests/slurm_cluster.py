@@ -116,8 +116,11 @@ def slurm_conf(host: str, scratch: Path) -> str:
         "DefMemPerCPU=1000",
         "SchedulerType=sched/backfill",
         "ReturnToService=2",
-        # finished jobs stay visible to squeue (the status command used without slurmdbd)
-        "MinJobAge=300",
+        # finished jobs stay visible to squeue (the status command used without slurmdbd) and
+        # scontrol for the cluster's life (one module): 0 purges no job record (slurm.conf(5),
+        # Slurm 22.05, Debian 12's); 300, the default, could expire a job a test reads later
+        # when the module runs beside the smoke run
+        "MinJobAge=0",
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
         "AccountingStorageType=accounting_storage/none",
