@@ -117,10 +117,12 @@ def slurm_conf(host: str, scratch: Path) -> str:
         "SchedulerType=sched/backfill",
         "ReturnToService=2",
         # finished jobs stay visible to squeue (the status command used without slurmdbd) and
-        # scontrol for the cluster's life (one module): 0 purges no job record (slurm.conf(5),
-        # Slurm 22.05, Debian 12's); 300, the default, could expire a job a test reads later
-        # when the module runs beside the smoke run
-        "MinJobAge=0",
+        # to scontrol for an hour, longer than the module (300 s, the default, could expire a
+        # job a test reads later while the module runs beside the smoke run). Not 0 (no purge):
+        # Slurm then reports 2, and snakemake-executor-plugin-slurm 2.8.0 (`check_active_jobs`)
+        # turns from squeue to sacct below 3 x its first status interval, and sacct has no
+        # accounting here: Snakemake would never see its jobs end
+        "MinJobAge=3600",
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
         "AccountingStorageType=accounting_storage/none",
