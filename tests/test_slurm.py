@@ -464,6 +464,11 @@ def slurm_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dic
     }
 
 
+def cpu_run_plan() -> dbplan.RunPlan:
+    """The plan of the CPU run the cluster's chain runs (RUN, the tests' config)."""
+    return dbplan.plan_run(validated(orchestration_config()), *RUN.split("/")[1:])
+
+
 def jobs_of(slurm_run: dict[str, Any], kind: str) -> list[tuple[str, Path]]:
     return [(job_id, log) for k, job_id, log in slurm_run["submissions"] if k == kind]
 
@@ -495,7 +500,7 @@ def test_cpu_chain_runs_through_slurm(slurm_run, cluster):
     assert all(r["passed"] == "True" for r in rows), rows
     columns, rows = read_csv(wd / RUN / "task.csv")
     assert columns == TASK_COLUMNS and rows, rows
-    plan = dbplan.plan_run(validated(orchestration_config()), *RUN.split("/")[1:])
+    plan = cpu_run_plan()
     for scenario in ("offline", "online"):
         columns, rows = read_csv(wd / RUN / f"{scenario}.csv")
         assert columns == PERF_COLUMNS, scenario
@@ -516,7 +521,7 @@ def test_a_run_waits_in_the_queue_once(slurm_run):
     # scancel of the next test)
     assert not {f"rule_{r}" for r in ("repository", "accuracy", "offline", "online")} & set(kinds)
     assert kinds.count(MEASUREMENT_GROUP) == 2, kinds
-    plan = dbplan.plan_run(validated(orchestration_config()), *RUN.split("/")[1:])
+    plan = cpu_run_plan()
     minutes = sum(plan.runtime[s] for s in ("repository", "accuracy", "offline", "online"))
     job_id, _ = jobs_of(slurm_run, MEASUREMENT_GROUP)[-1]
     hours, mins, secs = map(int, scontrol_job(job_id)["TimeLimit"].split(":"))
